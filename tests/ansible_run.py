@@ -1,0 +1,89 @@
+"""Run playbooks the way an operator does, and read the result from ansible-runner's stats."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parent.parent
+TESTNODE_INVENTORY_VARS = REPO / "inventory" / "testnode"
+VENV_BIN = REPO / ".venv" / "bin"
+
+
+@dataclasses.dataclass
+class PlaybookResult:
+    """What one ansible-playbook run did, from ansible-runner's stats and events."""
+
+    rc: int
+    status: str
+    stats: dict
+    stdout: str
+    events: list
+
+    def count(self, key, host=None):
+        """Total of one stats key ('changed', 'ok', 'failures', ...), for one host or all."""
+        per_host = self.stats.get(key, {}) or {}
+        return per_host.get(host, 0) if host else sum(per_host.values())
+
+    @property
+    def changed(self):
+        return self.count("changed")
+
+    def changed_tasks(self):
+        """Names of the tasks that reported changed, to explain a non-zero count."""
+        return [
+            f"{e['event_data'].get('host')}: {e['event_data'].get('task')}"
+            for e in self.events
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("res", {}).get("changed")
+        ]
+
+    def failure_messages(self):
+        """The msg of every failed task, which tests match against."""
+        return [
+            str(e["event_data"].get("res", {}).get("msg", ""))
+            for e in self.events
+            if e.get("event") == "runner_on_failed"
+        ]
+
+
+def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, tags=None, limit=None, envvars=None):
+    """Run a playbook of this repo against an inventory file with ansible-runner.
+
+    The test node's own variables (inventory/testnode/) are always layered under the given
+    inventory, as `ansible-playbook site.yml` does through ansible.cfg.
+    """
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    with tempfile.TemporaryDirectory(prefix="sglang-canon-runner-") as private:
+        runner = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(REPO),
+            playbook=str(REPO / playbook),
+            inventory=[str(TESTNODE_INVENTORY_VARS), str(inventory)],
+            extravars=extravars or {},
+            tags=",".join(tags) if tags else None,
+            limit=limit,
+            cmdline=" ".join(cmdline) or None,
+            envvars={
+                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                # ansible-runner looks for ansible-playbook on PATH: use the project venv's.
+                "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                **(envvars or {}),
+            },
+            quiet=True,
+        )
+        # Stats and events live in the private data dir: read them before it is removed.
+        return PlaybookResult(
+            rc=runner.rc,
+            status=runner.status,
+            stats=runner.stats or {},
+            stdout=runner.stdout.read(),
+            events=list(runner.events),
+        )

@@ -1,0 +1,476 @@
+"""nvidia-smi parsers of the gpu_topology module, on real and hand-built captures.
+
+Replayable captures (the ones the nvidia-smi test double serves) live in tests/double/captures/;
+parser-only captures and the real sources the replayable ones were built from live in
+tests/fixtures/nvidia-smi/.
+"""
+
+import importlib.util
+import re
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CAPTURES = REPO / "tests" / "double" / "captures"
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
+SOURCES = FIXTURES / "sources"
+
+_spec = importlib.util.spec_from_file_location("gpu_topology_parse", REPO / "module_utils" / "gpu_topology_parse.py")
+parse = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(parse)
+
+
+def read(path):
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def query_rows(capture):
+    """What `--format=csv,noheader,nounits` prints for the module's fields: the capture without its header."""
+    text = read(CAPTURES / capture / "query-gpu.csv")
+    header, _, rows = text.partition("\n")
+    fields = [re.sub(r"\s*\[.*\]$", "", cell.strip()) for cell in header.split(",")]
+    assert tuple(fields) == parse.QUERY_FIELD_NAMES, "capture columns must be the module's query, in order"
+    return rows
+
+
+def topology(capture):
+    return parse.build_topology(query_rows(capture), read(CAPTURES / capture / "topo-m.txt"))
+
+
+def link_map(result):
+    return {(link["a"], link["b"]): link["link"] for link in result["links"]}
+
+
+REPLAYABLE = sorted(path.name for path in CAPTURES.iterdir() if (path / "topo-m.txt").exists())
+PARSER_ONLY = sorted(path.name for path in FIXTURES.iterdir() if (path / "topo-m.txt").exists())
+
+
+# --- the canonical node: 8 x RTX PRO 6000 Blackwell on PCIe Gen5 ------------------------------
+
+BLACKWELL_PIX = {(0, 1), (2, 3), (4, 5), (6, 7)}
+
+
+def blackwell_link(a, b, halves=((0, 1, 2, 3), (4, 5, 6, 7))):
+    if (a, b) in BLACKWELL_PIX:
+        return "PIX"
+    return "NODE" if any(a in half and b in half for half in halves) else "SYS"
+
+
+def test_blackwell_node_every_pair_exactly():
+    result = topology("rtx-pro-6000-8x")
+    expected = {(a, b): blackwell_link(a, b) for a, b in combinations(range(8), 2)}
+    assert link_map(result) == expected
+    assert len(result["links"]) == 28
+    assert all(link["a"] < link["b"] for link in result["links"])
+    assert result["link_matrix"][0] == ["X", "PIX", "NODE", "NODE", "SYS", "SYS", "SYS", "SYS"]
+    assert [row[index] for index, row in enumerate(result["link_matrix"])] == ["X"] * 8
+
+
+def test_blackwell_node_is_pcie_without_nvlink():
+    result = topology("rtx-pro-6000-8x")
+    assert result["gpu_count"] == 8
+    assert result["nvlink"] is False
+    assert result["interconnect"] == "pcie"
+    assert result["driver_version"] == "595.58.03"
+    assert result["nics"] == []
+
+
+def test_blackwell_node_numa_affinity_two_nodes():
+    result = topology("rtx-pro-6000-8x")
+    assert result["numa_nodes"] == [0, 1]
+    assert [gpu["numa_node"] for gpu in result["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [gpu["cpu_affinity"] for gpu in result["gpus"]] == ["0-63,128-191"] * 4 + ["64-127,192-238"] * 4
+    assert all(gpu["numa_affinity"] in ("0", "1") for gpu in result["gpus"])
+    assert all(gpu["gpu_numa_id"] is None for gpu in result["gpus"])  # printed as N/A
+
+
+def test_blackwell_node_per_gpu_values():
+    gpu = topology("rtx-pro-6000-8x")["gpus"][0]
+    assert gpu == {
+        "index": 0,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "uuid": "GPU-e588912b-1368-6b4f-0e2a-0d08f8afb39b",
+        "pci_bus_id": "00000000:06:00.0",
+        "memory_total_mib": 97887,
+        "compute_capability": "12.0",
+        "driver_version": "595.58.03",
+        "pcie_link_gen_current": 1,
+        "pcie_link_gen_max": 5,
+        "pcie_link_width_current": 16,
+        "pcie_link_width_max": 16,
+        "persistence_mode": True,
+        "cpu_affinity": "0-63,128-191",
+        "numa_affinity": "0",
+        "numa_nodes": [0],
+        "numa_node": 0,
+        "gpu_numa_id": None,
+    }
+
+
+def test_canonical_query_capture_agrees_with_the_real_nvidia_smi_q():
+    """query-gpu.csv of rtx-pro-6000-8x was built from nvidia-smi -q of the same machine as topo-m.txt."""
+    text = read(SOURCES / "rtx-pro-6000-blackwell-8x" / "nvidia-smi-q.txt")
+    blocks = re.split(r"^GPU (0000\S+)\n", text, flags=re.M)[1:]
+    real = []
+    for bus, body in zip(blocks[::2], blocks[1::2]):
+        real.append(
+            {
+                "pci_bus_id": bus,
+                "uuid": re.search(r"GPU UUID\s*:\s*(\S+)", body).group(1),
+                "name": re.search(r"Product Name\s*:\s*(.+)", body).group(1).strip(),
+                "memory_total_mib": int(re.search(r"FB Memory Usage\n\s+Total\s*:\s*(\d+)", body).group(1)),
+                "pcie_link_gen_max": int(re.search(r"PCIe Generation\n\s+Max\s*:\s*(\d+)", body).group(1)),
+                "pcie_link_gen_current": int(re.search(r"PCIe Generation\n.*\n\s+Current\s*:\s*(\d+)", body).group(1)),
+                "pcie_link_width_max": int(re.search(r"Link Width\n\s+Max\s*:\s*(\d+)x", body).group(1)),
+                "pcie_link_width_current": int(re.search(r"Link Width\n.*\n\s+Current\s*:\s*(\d+)x", body).group(1)),
+                "persistence_mode": re.search(r"Persistence Mode\s*:\s*(\S+)", body).group(1) == "Enabled",
+            }
+        )
+    gpus = topology("rtx-pro-6000-8x")["gpus"]
+    assert len(real) == len(gpus) == 8
+    for expected, gpu in zip(real, gpus):  # nvidia-smi numbers GPUs in PCI bus order, as -q lists them
+        assert {key: gpu[key] for key in expected} == expected
+    assert "Driver Version                                         : 595.58.03" in text
+
+
+# --- the other replayable captures ------------------------------------------------------------
+
+
+def test_seven_gpus_renumbered_after_the_missing_card():
+    result = topology("rtx-pro-6000-7x")
+    assert result["gpu_count"] == 7
+    assert "00000000:85:00.0" not in [gpu["pci_bus_id"] for gpu in result["gpus"]]
+    assert [gpu["index"] for gpu in result["gpus"]] == list(range(7))
+    links = link_map(result)
+    assert links[(0, 1)] == links[(2, 3)] == links[(5, 6)] == "PIX"
+    assert links[(4, 5)] == links[(4, 6)] == "NODE"
+    assert links[(3, 4)] == "SYS"
+    assert result["interconnect"] == "pcie"
+
+
+def test_gen4_x8_card_shows_in_max_values_only_on_that_card():
+    gpus = topology("rtx-pro-6000-8x-gen4x8")["gpus"]
+    slow = [gpu for gpu in gpus if gpu["pcie_link_gen_max"] < 5 or gpu["pcie_link_width_max"] < 16]
+    assert [
+        (gpu["index"], gpu["pci_bus_id"], gpu["pcie_link_gen_max"], gpu["pcie_link_width_max"]) for gpu in slow
+    ] == [(5, "00000000:85:00.0", 4, 8)]
+    assert all(gpu["pcie_link_gen_current"] == 1 for gpu in gpus)  # idle: current says nothing
+
+
+def test_h200_pair_real_capture_is_nvlink():
+    result = topology("h200-2x-nvlink")
+    assert result["gpu_count"] == 2
+    assert result["links"] == [{"a": 0, "b": 1, "link": "NV18"}]
+    assert result["nvlink"] is True
+    assert result["interconnect"] == "nvlink"
+    assert [gpu["compute_capability"] for gpu in result["gpus"]] == ["9.0", "9.0"]
+    assert [gpu["memory_total_mib"] for gpu in result["gpus"]] == [143771, 143771]
+    assert result["driver_version"] == "580.159.04"
+
+
+def test_h200_query_capture_agrees_with_the_real_csv():
+    """The real csv (with units, other field order) in topo-extra.txt says the same as the replayable capture."""
+    text = read(SOURCES / "h200x2-nvlink" / "topo-extra.txt").split("== csv\n", 1)[1].split("\n== ", 1)[0]
+    header, _, rows = text.partition("\n")
+    fields = tuple(re.sub(r"\s*\[.*\]$", "", cell.strip()) for cell in header.split(","))
+    real = parse.parse_query_gpu(rows, fields)
+    replayed = parse.parse_query_gpu(query_rows("h200-2x-nvlink"))
+    assert real == replayed  # "143771 MiB" with units and "143771" without read the same
+
+
+def test_h200_nvswitch_every_pair_nv18():
+    result = topology("h200-8x-nvswitch")
+    assert result["gpu_count"] == 8
+    assert set(link_map(result).values()) == {"NV18"}
+    assert len(result["links"]) == 28
+    assert result["interconnect"] == "nvlink"
+    assert result["numa_nodes"] == [0, 1]
+
+
+@pytest.mark.parametrize("capture", REPLAYABLE)
+def test_every_replayable_capture_merges(capture):
+    result = topology(capture)
+    count = result["gpu_count"]
+    assert len(result["links"]) == count * (count - 1) // 2
+    assert [gpu["index"] for gpu in result["gpus"]] == list(range(count))
+
+
+# --- parser-only captures -------------------------------------------------------------------
+
+
+def topo_fixture(name):
+    return parse.parse_topo_matrix(read(FIXTURES / name / "topo-m.txt"))
+
+
+def test_mixed_nvlink_pairs():
+    result = topo_fixture("mixed-nvlink-4x")
+    assert link_map(result) == {
+        (0, 1): "NV4",
+        (0, 2): "NODE",
+        (0, 3): "NODE",
+        (1, 2): "NODE",
+        (1, 3): "NODE",
+        (2, 3): "NV4",
+    }
+    assert parse.classify_interconnect(result["links"], 4) == "mixed"
+
+
+def test_nic_rows_after_gpu_rows_with_nic_legend_and_two_numa_nodes():
+    result = topo_fixture("nic-rows-after-4x-2numa")
+    assert [gpu["index"] for gpu in result["gpus"]] == [0, 1, 2, 3]
+    assert link_map(result) == {
+        (0, 1): "PXB",
+        (0, 2): "SYS",
+        (0, 3): "SYS",
+        (1, 2): "SYS",
+        (1, 3): "SYS",
+        (2, 3): "PXB",
+    }
+    assert [gpu["numa_node"] for gpu in result["gpus"]] == [0, 0, 1, 1]
+    assert [gpu["cpu_affinity"] for gpu in result["gpus"]] == ["0-23,48-71"] * 2 + ["24-47,72-95"] * 2
+    assert result["nics"] == [
+        {"name": "NIC0", "device": "mlx5_0", "links": ["PIX", "PXB", "SYS", "SYS"]},
+        {"name": "NIC1", "device": "mlx5_1", "links": ["PXB", "PIX", "SYS", "SYS"]},
+        {"name": "NIC2", "device": "mlx5_2", "links": ["SYS", "SYS", "PIX", "PXB"]},
+        {"name": "NIC3", "device": "mlx5_3", "links": ["SYS", "SYS", "PXB", "PIX"]},
+    ]
+    assert parse.classify_interconnect(result["links"], 4) == "pcie"
+
+
+def test_nic_rows_between_gpu_rows_named_by_device_blank_affinity():
+    result = topo_fixture("nic-rows-between-mlx5")
+    assert [gpu["index"] for gpu in result["gpus"]] == [0, 1, 2, 3]
+    assert link_map(result) == {
+        (0, 1): "PIX",
+        (0, 2): "SYS",
+        (0, 3): "SYS",
+        (1, 2): "SYS",
+        (1, 3): "SYS",
+        (2, 3): "PIX",
+    }
+    assert [gpu["cpu_affinity"] for gpu in result["gpus"]] == ["0-15", "0-15", None, "16-31"]  # GPU2's is blank
+    assert [gpu["numa_node"] for gpu in result["gpus"]] == [0, 0, 1, 1]
+    assert all(gpu["gpu_numa_id"] is None for gpu in result["gpus"])  # no such column
+    assert [(nic["name"], nic["device"], nic["links"]) for nic in result["nics"]] == [
+        ("mlx5_0", "mlx5_0", ["PXB", "PXB", "SYS", "SYS"]),
+        ("mlx5_1", "mlx5_1", ["SYS", "SYS", "PXB", "PXB"]),
+    ]
+
+
+def test_no_gpu_numa_id_column_eight_nv12_four_numa_nodes():
+    result = topo_fixture("no-gpu-numa-id-8x-nv12")
+    assert set(link_map(result).values()) == {"NV12"}
+    assert [gpu["numa_node"] for gpu in result["gpus"]] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert result["gpus"][4]["cpu_affinity"] == "112-127,240-255"
+    assert [nic["device"] for nic in result["nics"]] == ["mlx5_0", "mlx5_1"]
+    assert parse.classify_interconnect(result["links"], 8) == "nvlink"
+
+
+def test_single_gpu_na_numa_and_no_final_newline():
+    text = read(FIXTURES / "single-gpu-vm-no-newline" / "topo-m.txt")
+    assert not text.endswith("\n")
+    result = parse.parse_topo_matrix(text)
+    assert result["links"] == []
+    assert result["gpus"][0]["cpu_affinity"] == "0-15"
+    assert result["gpus"][0]["numa_affinity"] is None
+    assert result["gpus"][0]["numa_node"] is None
+    assert parse.classify_interconnect(result["links"], 1) == "none"
+
+
+@pytest.mark.parametrize("name", PARSER_ONLY)
+def test_every_parser_only_capture_has_a_symmetric_matrix(name):
+    result = topo_fixture(name)
+    matrix = result["matrix"]
+    size = len(matrix)
+    assert all(matrix[a][b] == matrix[b][a] for a in range(size) for b in range(size))
+
+
+# --- edge cases -----------------------------------------------------------------------------
+
+
+def test_ansi_escapes_are_stripped():
+    assert parse.strip_ansi("\t\x1b[4mGPU0\tGPU1\x1b[0m") == "\tGPU0\tGPU1"
+    assert parse.strip_ansi("\x1b[1;4mA\x1b[0m\x1b[2KB") == "AB"
+    raw = read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt")
+    assert "\x1b[4m" in raw  # the real capture carries them
+    assert parse.parse_topo_matrix(raw) == parse.parse_topo_matrix(parse.strip_ansi(raw))
+
+
+def test_matrix_alone_without_legend_or_final_newline():
+    raw = read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt")
+    matrix_only = raw.split("\n\n", 1)[0]
+    assert not matrix_only.endswith("\n")
+    assert parse.parse_topo_matrix(matrix_only) == parse.parse_topo_matrix(raw)
+
+
+def test_crlf_line_ends():
+    raw = read(CAPTURES / "h200-2x-nvlink" / "topo-m.txt")
+    assert parse.parse_topo_matrix(raw.replace("\n", "\r\n"))["links"] == [{"a": 0, "b": 1, "link": "NV18"}]
+
+
+def test_blank_cpu_affinity_and_spacer_before_gpu_numa_id():
+    text = (
+        "\t\x1b[4mGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+        "GPU0\t X \tNV18\tNODE\t0-35\t0\t\t2\n"
+        "GPU1\tNV18\t X \tNODE\t\t1\t\tN/A\n"
+        "NIC0\tNODE\tNODE\t X \t\t\t\t\n"
+    )
+    result = parse.parse_topo_matrix(text)
+    assert [(gpu["cpu_affinity"], gpu["numa_affinity"], gpu["gpu_numa_id"]) for gpu in result["gpus"]] == [
+        ("0-35", "0", 2),
+        (None, "1", None),
+    ]
+    assert result["nics"] == [{"name": "NIC0", "device": "NIC0", "links": ["NODE", "NODE"]}]
+
+
+def test_numa_affinity_spanning_nodes_has_no_single_node():
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-63\t0-1\n"
+    gpu = parse.parse_topo_matrix(text)["gpus"][0]
+    assert gpu["numa_nodes"] == [0, 1]
+    assert gpu["numa_node"] is None
+
+
+def test_sixteen_gpus():
+    n = 16
+    header = (
+        "\t\x1b[4m" + "\t".join("GPU%d" % i for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    )
+    rows = "".join(
+        "GPU%d\t" % i + "\t".join(" X " if i == j else "NV18" for j in range(n)) + "\t0-31\t0\t\tN/A\n"
+        for i in range(n)
+    )
+    result = parse.parse_topo_matrix(header + rows)
+    assert len(result["links"]) == n * (n - 1) // 2
+    assert result["links"][-1] == {"a": 14, "b": 15, "link": "NV18"}
+    assert parse.classify_interconnect(result["links"], n) == "nvlink"
+
+
+@pytest.mark.parametrize(
+    "links, count, expected",
+    [
+        ([], 0, "none"),
+        ([], 1, "none"),
+        ([{"a": 0, "b": 1, "link": "NV4"}], 2, "nvlink"),
+        ([{"a": 0, "b": 1, "link": "PIX"}], 2, "pcie"),
+        (
+            [{"a": 0, "b": 1, "link": "NV4"}, {"a": 0, "b": 2, "link": "SYS"}, {"a": 1, "b": 2, "link": "SYS"}],
+            3,
+            "mixed",
+        ),
+        ([{"a": 0, "b": 1, "link": "SOC"}], 2, "pcie"),  # old drivers' name for SYS
+    ],
+)
+def test_classify_interconnect(links, count, expected):
+    assert parse.classify_interconnect(links, count) == expected
+
+
+@pytest.mark.parametrize(
+    "link, expected", [("NV1", True), ("NV18", True), ("NV#", False), ("NODE", False), ("X", False)]
+)
+def test_is_nvlink(link, expected):
+    assert parse.is_nvlink(link) is expected
+
+
+def test_query_csv_without_final_newline_and_other_fields():
+    """A real --format=csv,noheader,nounits answer (another host of the same model), no final newline."""
+    text = read(SOURCES / "rtx-pro-6000-blackwell-8x" / "query-gpu-other-host.csv")
+    assert not text.endswith("\n")
+    fields = (
+        "index",
+        "name",
+        "driver_version",
+        "pci.bus_id",
+        "pcie.link.gen.current",
+        "pcie.link.width.current",
+        "power.limit",
+    )
+    gpus = parse.parse_query_gpu(text, fields)
+    assert [gpu["index"] for gpu in gpus] == list(range(8))
+    assert gpus[7] == {
+        "index": 7,
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "driver_version": "595.58.03",
+        "pci_bus_id": "00000000:F1:00.0",
+        "pcie_link_gen_current": 5,
+        "pcie_link_width_current": 16,
+        "power.limit": "600.00",
+    }
+
+
+def test_query_na_values_become_none():
+    line = "0, NVIDIA H200, GPU-x, 00000000:00:06.0, [N/A], 9.0, 580.159.04, [Not Supported], 5, N/A, 16, Disabled\n"
+    gpu = parse.parse_query_gpu(line)[0]
+    assert gpu["memory_total_mib"] is None
+    assert gpu["pcie_link_gen_current"] is None
+    assert gpu["pcie_link_width_current"] is None
+    assert gpu["persistence_mode"] is False
+
+
+def test_query_no_devices_is_an_empty_list():
+    assert parse.parse_query_gpu("No devices were found\n") == []
+    result = parse.build_topology("No devices were found", "")
+    assert result["gpu_count"] == 0
+    assert result["interconnect"] == "none"
+    assert result["nvlink"] is False
+    assert result["driver_version"] is None
+
+
+def test_query_rows_sorted_by_index():
+    rows = query_rows("h200-2x-nvlink").splitlines()
+    assert [gpu["index"] for gpu in parse.parse_query_gpu("\n".join(reversed(rows)))] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0, NVIDIA H200\n", "expected 12 comma-separated values"),
+        ("x, NVIDIA H200, GPU-x, 0:0, 1, 9.0, 1, 5, 5, 16, 16, Enabled\n", "expected an integer"),
+        ("0, NVIDIA H200, GPU-x, 0:0, 1, 9.0, 1, 5, 5, 16, 16, Maybe\n", "expected Enabled or Disabled"),
+        (
+            "0, A, GPU-x, 0:0, 1, 9.0, 1, 5, 5, 16, 16, Enabled\n0, B, GPU-y, 0:1, 1, 9.0, 1, 5, 5, 16, 16, Enabled\n",
+            "indexes repeat",
+        ),
+    ],
+)
+def test_query_errors(text, message):
+    with pytest.raises(parse.GpuTopologyParseError, match=message):
+        parse.parse_query_gpu(text)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "no topology matrix"),
+        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no topology matrix"),
+        ("      GPU0    GPU1\nGPU0     X      NV1\nGPU1    NV1      X\n", "no tab-separated header"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tNV1\n", "GPU rows and columns differ"),
+        ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV1\t X \n", "has 1 link cells for 2 columns"),
+        ("\tGPU0\tGPU1\nGPU0\tPIX\tNV1\nGPU1\tNV1\t X \n", "not X"),
+        ("\tGPU0\nGPU0\t X \nGPU0\t X \n", "appears twice"),
+    ],
+)
+def test_topo_errors(text, message):
+    with pytest.raises(parse.GpuTopologyParseError, match=message):
+        parse.parse_topo_matrix(text)
+
+
+def test_query_and_topo_disagreeing_on_gpus_is_an_error():
+    with pytest.raises(parse.GpuTopologyParseError, match="topo -m lists GPUs"):
+        parse.build_topology(query_rows("rtx-pro-6000-8x"), read(CAPTURES / "rtx-pro-6000-7x" / "topo-m.txt"))
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("0-63,128-191", list(range(64)) + list(range(128, 192))),
+        ("0", [0]),
+        ("0-1", [0, 1]),
+        ("N/A", []),
+        ("", []),
+    ],
+)
+def test_parse_id_list(value, expected):
+    assert parse.parse_id_list(value) == expected
