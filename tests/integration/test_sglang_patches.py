@@ -1,0 +1,162 @@
+"""sglang_patches on the converged systemd test node, against the SGLang that site.yml installed.
+
+Each test starts and ends with the shipped set applied. Runs go through site.yml, mostly
+limited to the sglang_patches tag; the module's result is read from ansible-runner's events.
+"""
+
+import json
+import shlex
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+SET = Path(__file__).resolve().parents[2] / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
+ENVIRON = "sglang/srt/environ.py"
+WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
+TAGS = ["sglang_patches"]
+
+# Prints "<path> <sha256 hex> <RECORD sha256 hex>" for each path given, via importlib.metadata.
+RECORD_CHECK = (
+    "import base64, hashlib, importlib.metadata as m, sys\n"
+    "d = m.distribution('sglang')\n"
+    "for f in d.files:\n"
+    "    if str(f) in sys.argv[1:]:\n"
+    "        print(f, hashlib.sha256(f.locate().read_bytes()).hexdigest(),"
+    " base64.urlsafe_b64decode(f.hash.value + '==').hex())\n"
+)
+
+
+@pytest.fixture(scope="module")
+def paths(converged_node):
+    """sglang_python and the manifest as the role resolved them on the node (from the module's args)."""
+    run = converged_node.converge(tags=TAGS)
+    assert run.rc == 0, run.failure_messages()
+    args = _patch_result(run)["invocation"]["module_args"]
+    return types.SimpleNamespace(python=args["python"], manifest=args["manifest"])
+
+
+def _ssh(node, command):
+    done = node.ssh(command)
+    assert done.returncode == 0, f"{command}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def _manifest(node, paths):
+    return json.loads(_ssh(node, f"cat {shlex.quote(paths.manifest)}"))
+
+
+def _file(node, paths, rel):
+    return _manifest(node, paths)["site_packages"] + "/" + rel
+
+
+def _hashes(node, paths):
+    """path -> (sha256 on disk, sha256 in RECORD) for the files the set patches."""
+    argv = [paths.python, "-c", RECORD_CHECK, ENVIRON, "sglang/srt/server_args.py", WORKER]
+    out = _ssh(node, " ".join(shlex.quote(a) for a in argv))
+    return {path: (disk, record) for path, disk, record in (line.split() for line in out.splitlines())}
+
+
+def _patch_result(run):
+    """The python_package_patch task's result in a run (ok or failed)."""
+    for event in run.events:
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and str(data.get("task", "")).startswith(
+            "Apply the patch sets to the installed SGLang"
+        ):
+            return data["res"]
+    raise AssertionError("python_package_patch did not run:\n" + run.stdout[-3000:])
+
+
+def _main_pid(node):
+    return int(_ssh(node, "systemctl show --property=MainPID --value sglang.service"))
+
+
+def _assert_applied(node, paths):
+    manifest = _manifest(node, paths)
+    hashes = _hashes(node, paths)
+    assert set(manifest["files"]) == set(hashes)
+    for path, (disk, record) in hashes.items():
+        assert disk == manifest["files"][path]["sha256"] != record
+
+
+@pytest.fixture
+def node(converged_node, paths):
+    yield converged_node
+    run = converged_node.converge(tags=TAGS)  # back to the shipped set, whatever a test did
+    assert run.rc == 0, run.failure_messages()
+    _assert_applied(converged_node, paths)
+
+
+def test_converge_applied_the_set_and_a_rerun_changes_nothing(node, paths):
+    manifest = _manifest(node, paths)
+    assert manifest["package"] == "sglang" and manifest["version"] == "0.5.9"
+    assert [p["name"] for p in manifest["patches"]] == [f"sglang-0.5.9/{p.name}" for p in sorted(SET.glob("*.patch"))]
+    _assert_applied(node, paths)
+    again = node.converge(tags=TAGS)
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks()
+
+
+def test_hand_edit_is_restored_and_the_service_restarted(node, paths):
+    pid = _main_pid(node)
+    _ssh(node, f"echo '# edited by hand' >> {shlex.quote(_file(node, paths, WORKER))}")
+    run = node.converge()
+    assert run.rc == 0, run.failure_messages()
+    assert _patch_result(run)["drifted"] == [WORKER]
+    _assert_applied(node, paths)
+    assert _main_pid(node) != pid
+
+
+def test_check_mode_reports_drift_and_changes_nothing(node, paths):
+    _ssh(node, f"echo '# edited by hand' >> {shlex.quote(_file(node, paths, ENVIRON))}")
+    edited = _hashes(node, paths)[ENVIRON][0]
+    run = node.converge(tags=TAGS, check=True, diff=True)
+    assert run.rc == 0, run.failure_messages()
+    result = _patch_result(run)
+    assert result["changed"] and result["drifted"] == [ENVIRON] and result["diff"]
+    assert _hashes(node, paths)[ENVIRON][0] == edited
+
+
+def test_updated_patch_replaces_the_old_result_never_stacks(node, paths, tmp_path):
+    updated = tmp_path / "sglang-0.5.9"
+    shutil.copytree(SET, updated)
+    patch = updated / "0001-strict-sglang-enable-spec-v2.patch"
+    text = patch.read_text()
+    assert text.count("or unset it") == 1
+    patch.write_text(text.replace("or unset it", "or leave it unset"))
+    run = node.converge(tags=TAGS, extravars={"sglang_patches_sets": [str(updated)]})
+    assert run.rc == 0, run.failure_messages()
+    actions = {f["path"]: f["action"] for f in _patch_result(run)["files"]}
+    assert actions[ENVIRON] == "update" and actions[WORKER] == "ok"
+    source = _ssh(node, f"cat {shlex.quote(_file(node, paths, ENVIRON))}")
+    assert "or leave it unset" in source and "or unset it" not in source
+    assert source.count("class EnvStrictBool(EnvBool):") == 1
+
+
+def test_reinstalled_package_is_patched_again(node, paths):
+    wheel = "/srv/wheelhouse/sglang-0.5.9-py3-none-any.whl"
+    reinstall = node.ssh(f"{shlex.quote(paths.python)} -m pip install --force-reinstall --no-deps --no-index {wheel}")
+    if reinstall.returncode != 0:  # a venv without pip: put the pristine files back as a reinstall would
+        kept = paths.manifest[: -len(".manifest.json")] + ".pristine"
+        _ssh(node, f"cp -a {shlex.quote(kept)}/. {shlex.quote(_manifest(node, paths)['site_packages'])}/")
+    assert all(disk == record for disk, record in _hashes(node, paths).values())
+    run = node.converge(tags=TAGS)
+    assert run.rc == 0, run.failure_messages()
+    assert {f["action"] for f in _patch_result(run)["files"]} == {"apply"}
+    _assert_applied(node, paths)
+
+
+def test_set_for_another_version_is_refused_naming_both(node, paths):
+    before = _hashes(node, paths)
+    run = node.converge(tags=TAGS, extravars={"sglang_version": "0.5.8"})
+    assert run.rc != 0
+    assert any("0.5.9" in m and "0.5.8" in m for m in run.failure_messages()), run.failure_messages()
+    assert _hashes(node, paths) == before
+
+
+def test_state_absent_restores_record_bytes_and_removes_the_manifest(node, paths):
+    run = node.converge(tags=TAGS, extravars={"sglang_patches_state": "absent"})
+    assert run.rc == 0, run.failure_messages()
+    assert all(disk == record for disk, record in _hashes(node, paths).values())
+    assert node.ssh(f"test -e {shlex.quote(paths.manifest)}").returncode != 0
