@@ -1,0 +1,250 @@
+"""roles/nccl_tuning/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
+
+The launcher itself (fresh processes, env isolation, timeouts) runs end to end on the CPU with
+--backend gloo when torch is importable: by this interpreter, or the one named by $NCCL_BENCH_PYTHON.
+"""
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FILES = REPO / "roles" / "nccl_tuning" / "files"
+BENCH = FILES / "nccl_allreduce_bench.py"
+_spec = importlib.util.spec_from_file_location("nccl_allreduce_bench", BENCH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_module_imports_without_torch():
+    src = BENCH.read_text()
+    assert "\nimport torch" not in src  # torch is imported inside the worker and visible_gpus only
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [("16384", 16384), ("16K", 16 * KiB), ("16KiB", 16 * KiB), ("4M", 4 * MiB), ("4 MiB", 4 * MiB), ("1g", 1 << 30)],
+)
+def test_parse_size(text, size):
+    assert bench.parse_size(text) == size
+
+
+def test_default_sizes_are_decode_sized():
+    sizes = bench.default_sizes(8192, bench.DEFAULT_BATCH_SIZES)
+    assert sizes[0] == 16 * KiB and sizes[-1] == 4 * MiB and len(sizes) == 9
+
+
+def test_sizes_are_sorted_unique_and_whole_bf16():
+    assert bench.parse_sizes("4M,16K,16384") == [16 * KiB, 4 * MiB]
+    with pytest.raises(ValueError, match="bf16"):
+        bench.parse_sizes("3")
+
+
+def test_candidates_parse_and_refuse_multicast():
+    got = bench.parse_candidates(
+        '{"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, "b": {"NCCL_BUFFSIZE": 1024}}'
+    )
+    assert got == {"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, "b": {"NCCL_BUFFSIZE": "1024"}}
+    for text, needle in [
+        ('{"nvls": {"NCCL_NVLS_ENABLE": "1"}}', "NVLink multicast stays off"),
+        ('{"x": {"NCCL_CONF_FILE": "/etc/nccl.conf"}}', "set by the benchmark itself"),
+        ('{"x": {"CUDA_VISIBLE_DEVICES": "0"}}', "not an NCCL_* variable"),
+        ('{"x": {}}', "non-empty"),
+        ('{"defaults": {"NCCL_PROTO": "LL"}}', "not 'defaults'"),
+        ('{"x": {"NCCL_P2P_DISABLE": true}}', "string or an integer"),
+        ('["NCCL_PROTO=LL"]', "JSON object"),
+        ("{not json", "not JSON"),
+    ]:
+        with pytest.raises(ValueError, match=needle.replace("*", r"\*")):
+            bench.parse_candidates(text)
+
+
+def test_child_env_is_exact_and_keeps_multicast_off():
+    base = {
+        "PATH": "/usr/bin",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "NCCL_PROTO": "LL",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_NVLS_ENABLE": "1",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0",
+    }
+    env = bench.child_env(base, {"NCCL_ALGO": "Ring"})
+    assert env["PATH"] == "/usr/bin" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert {k: v for k, v in env.items() if k.startswith("NCCL_")} == {
+        "NCCL_ALGO": "Ring",
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_CONF_FILE": "/dev/null",
+    }
+    assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
+    assert bench.child_env(base, {})["NCCL_NVLS_ENABLE"] == "0"  # defaults run too
+
+
+def run_main(argv, gpus, runner=None):
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        rc = bench.main(argv, gpu_count=lambda: gpus, runner=runner or bench.run_candidate)
+    finally:
+        sys.stdout, sys.stderr = old
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_fewer_than_two_gpus_measures_nothing_and_says_so(gpus, tmp_path):
+    def never(*_a, **_k):
+        raise AssertionError("nothing may run on one GPU")
+
+    choice = tmp_path / "choice.json"
+    rc, out, err = run_main(["--choice-out", str(choice)], gpus, never)
+    assert rc == bench.EXIT_NOTHING_TO_MEASURE == 3
+    assert "so nothing was measured (needs at least 2 GPUs)" in err
+    line = json.loads(out)
+    assert line["world"] == gpus and "nothing was measured" in line["skipped"]
+    assert json.loads(choice.read_text())["settings"] is None
+
+
+def test_more_processes_than_gpus_is_a_usage_error():
+    rc, _, err = run_main(["--nproc", "4"], 2)
+    assert rc == 2 and "only 2 CUDA device(s)" in err
+
+
+def test_bad_arguments_exit_2():
+    assert run_main(["--sizes", "abc"], 2)[0] == 2
+    assert run_main(["--candidates", '{"x": {"NCCL_NVLS_ENABLE": "1"}}'], 2)[0] == 2
+    assert run_main(["--reps", "0"], 2)[0] == 2
+
+
+def test_each_candidate_runs_after_the_defaults_and_a_choice_follows(tmp_path):
+    calls = []
+    table = {"defaults": 50.0, "seed-pcie": 40.0, "proto-ll": 60.0}
+
+    def fake(name, candidate, sizes, world, args, tmpdir):
+        calls.append((name, candidate, sizes, world))
+        us = {str(s): table[name] for s in sizes}
+        return {
+            "candidate": name,
+            "settings": candidate,
+            "world": world,
+            "us_per_allreduce": us,
+            "spread_us": {str(s): 0.5 for s in sizes},
+            "correct": True,
+        }
+
+    out = tmp_path / "t.jsonl"
+    rc, _, err = run_main(["--sizes", "16K,4M", "--out", str(out), "--choice-out", str(tmp_path / "c.json")], 8, fake)
+    assert rc == 0, err
+    assert [c[0] for c in calls] == ["defaults", "seed-pcie", "proto-ll"]
+    assert calls[0][1:] == ({}, [16 * KiB, 4 * MiB], 8)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line.get("candidate") for line in lines[:3]] == ["defaults", "seed-pcie", "proto-ll"]
+    choice = lines[-1]["choice"]
+    assert choice["chosen"] == "seed-pcie" and choice["settings"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    assert "| seed-pcie | 40.0 | 40.0 |" in choice["table_md"]
+    assert json.loads((tmp_path / "c.json").read_text())["chosen"] == "seed-pcie"
+
+
+def test_a_failed_defaults_run_stops_the_measurement(tmp_path):
+    def fail(name, candidate, sizes, world, args, tmpdir):
+        return {"candidate": name, "settings": candidate, "world": world, "error": "rank 1 exited with 1"}
+
+    rc, out, _ = run_main(["--sizes", "16K"], 2, fail)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert rc == 1
+    assert lines[1]["error"] == "not run: the run under NCCL's defaults failed"
+    assert "no run under NCCL's defaults" in lines[-1]["choice"]["error"]
+
+
+def _torch_python():
+    candidates = [os.environ.get("NCCL_BENCH_PYTHON"), sys.executable]
+    for python in filter(None, candidates):
+        if subprocess.run([python, "-c", "import torch.distributed"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+@pytest.mark.skipif(_torch_python() is None, reason="no interpreter with torch (set NCCL_BENCH_PYTHON)")
+def test_gloo_self_test_runs_fresh_processes_with_exact_environments(tmp_path):
+    out = tmp_path / "t.jsonl"
+    env = dict(os.environ, NCCL_PROTO="Simple", NCCL_DEBUG="INFO")  # inherited: must not reach the runs
+    proc = subprocess.run(
+        [
+            _torch_python(),
+            str(BENCH),
+            "--backend",
+            "gloo",
+            "--nproc",
+            "2",
+            "--sizes",
+            "16K",
+            "--reps",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--candidates",
+            '{"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}',
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    defaults, seed = lines[0], lines[1]
+    assert defaults["env"] == {"NCCL_CONF_FILE": "/dev/null", "NCCL_NVLS_ENABLE": "0"}
+    assert seed["env"] == {
+        "NCCL_ALGO": "Ring",
+        "NCCL_CONF_FILE": "/dev/null",
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_PROTO": "LL",
+    }
+    assert defaults["correct"] and seed["correct"] and defaults["world"] == 2
+    assert set(defaults["us_per_allreduce"]) == {"16384"} and defaults["injected_env"] == {}
+    assert "choice" in lines[-1]
+
+
+def test_a_usage_error_leaves_an_earlier_table_alone(tmp_path):
+    out = tmp_path / "t.jsonl"
+    out.write_text("earlier table\n")
+
+    def no_torch():
+        raise ImportError("No module named 'torch'")
+
+    old = sys.stderr
+    sys.stderr = io.StringIO()
+    try:
+        rc = bench.main(["--out", str(out)], gpu_count=no_torch)
+        err = sys.stderr.getvalue()
+    finally:
+        sys.stderr = old
+    assert rc == 2 and "cannot import torch" in err
+    assert out.read_text() == "earlier table\n"
+    assert run_main(["--out", str(out), "--nproc", "3"], 2)[0] == 2
+    assert out.read_text() == "earlier table\n"
+
+
+def test_a_dying_rank_stops_the_others_at_once(tmp_path):
+    """Rank 1 exits; rank 0 would wait in NCCL for ever: the run must end now, not at the timeout."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\nif [ "$SGLANG_CANON_RANK" = 1 ]; then echo boom; exit 7; fi\nexec sleep 60\n')
+    fake_python.chmod(0o755)
+    args = bench.build_parser().parse_args(["--timeout", "50"])
+    record = bench.run_candidate(
+        "seed-pcie", {"NCCL_PROTO": "LL"}, [16384], 2, args, str(tmp_path), python=str(fake_python)
+    )
+    assert record["error"] == "rank 1 exited with 7"
+    assert "boom" in record["log_tail"]
+    assert record["elapsed_s"] < 10

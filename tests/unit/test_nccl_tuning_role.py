@@ -1,0 +1,265 @@
+"""The nccl_tuning role run for real by ansible-playbook on this machine, every path in a temp dir.
+
+Covers what needs no systemd: choosing, validating before any change, the sitecustomize and
+nccl.conf blocks (written, switched, shrunk, removed), the handler notifications, idempotence and
+check mode. tests/integration/test_nccl_tuning.py checks the same on a systemd node with the service.
+The tests of one node (the `box` fixture) are steps of one story and run in file order.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
+MARK = "sglang-canon nccl_tuning"
+
+pytestmark = pytest.mark.skipif(not PLAYBOOK_BIN.exists(), reason="ansible-playbook not next to this interpreter")
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nccl_role")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    py = root / "venv" / "bin" / "python"
+    where = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import importlib.util as u, site; s = u.find_spec('sitecustomize');"
+            "print(s.origin if s else site.getsitepackages()[0])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not where.startswith(str(root)):
+        pytest.skip(f"this Python imports a sitecustomize outside the temp dir ({where}); not touching it")
+    playbook = root / "play.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "nccl_tuning on localhost",
+                    "hosts": "localhost",
+                    "connection": "local",
+                    "gather_facts": False,
+                    "roles": ["nccl_tuning"],
+                    "handlers": [{"name": "Restart sglang service", "ansible.builtin.debug": {"msg": "restart"}}],
+                },
+                {
+                    "name": "dump facts",
+                    "hosts": "localhost",
+                    "connection": "local",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Dump",
+                            "changed_when": False,
+                            "ansible.builtin.copy": {
+                                "dest": str(root / "facts.json"),
+                                "mode": "0644",
+                                "content": "{{ {'applied': nccl_tuning_applied, 'service_env': nccl_tuning_service_environment} | to_json }}",
+                            },
+                        }
+                    ],
+                },
+            ]
+        )
+    )
+
+    class Box:
+        venv_python = py
+        site_file = Path(where) / "sitecustomize.py" if not where.endswith(".py") else Path(where)
+        conf = root / "etc" / "nccl.conf"
+        state = root / "state"
+
+        def run(self, check=False, **extra):
+            extravars = {
+                "sglang_state_dir": str(self.state),
+                "nccl_tuning_nccl_conf_path": str(self.conf),
+                "nccl_tuning_sitecustomize_python": str(py),
+                "nccl_tuning_interconnect": "pcie",
+                "ansible_python_interpreter": sys.executable,
+                **extra,
+            }
+            cmd = [str(PLAYBOOK_BIN), "-i", "localhost,", str(playbook), "-e", json.dumps(extravars)]
+            if check:
+                cmd.append("--check")
+            env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+            out = proc.stdout + proc.stderr
+            recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", out)
+            facts = json.loads((root / "facts.json").read_text()) if proc.returncode == 0 else None
+            return proc.returncode, out, int(recap.group(1)) if recap else None, facts
+
+    return Box()
+
+
+def env_seen_by(python, name):
+    return subprocess.run(
+        [str(python), "-c", f"import os; print(os.environ.get({name!r}))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout.strip()
+
+
+def test_service_delivery_sets_the_fact_only(box):
+    rc, out, _, facts = box.run()
+    assert rc == 0, out[-3000:]
+    assert facts["service_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+    applied = facts["applied"]
+    assert applied["delivery"] == "service" and applied["source"] == "pcie default"
+    assert applied["settings"] == facts["service_env"] and applied["measurement"] is None
+    assert set(applied["setting_reasons"]) == {"NCCL_ALGO", "NCCL_PROTO"}
+    assert not box.conf.exists() and not box.site_file.exists()
+    assert "RUNNING HANDLER [Restart sglang service]" not in out  # sglang_service restarts on env change
+    assert json.loads((box.state / "nccl" / "applied.json").read_text())["places"]["service"] == "sglang"
+
+
+def test_sitecustomize_delivery_reaches_every_process_of_that_python(box):
+    rc, out, _, facts = box.run(nccl_tuning_delivery="sitecustomize")
+    assert rc == 0, out[-3000:]
+    assert facts["service_env"] == {}
+    text = box.site_file.read_text()
+    assert f"# BEGIN {MARK}" in text and 'environ.setdefault("NCCL_PROTO", "LL")' in text
+    assert env_seen_by(box.venv_python, "NCCL_PROTO") == "LL"
+    assert env_seen_by(box.venv_python, "NCCL_ALGO") == "Ring"
+    assert "RUNNING HANDLER [Restart sglang service]" in out
+    assert facts["applied"]["places"]["sitecustomize"] == str(box.site_file.resolve())
+
+
+def test_second_run_changes_nothing(box):
+    rc, out, changed, _ = box.run(nccl_tuning_delivery="sitecustomize")
+    assert rc == 0 and changed == 0, out[-3000:]
+
+
+def test_check_mode_predicts_the_switch_without_making_it(box):
+    rc, out, changed, _ = box.run(check=True, nccl_tuning_delivery="nccl_conf")
+    assert rc == 0 and changed > 0, out[-3000:]
+    assert not box.conf.exists() and MARK in box.site_file.read_text()
+
+
+def test_switch_to_nccl_conf_moves_the_settings(box):
+    box.site_file.write_text("# kept: someone else's line\n" + box.site_file.read_text())
+    rc, out, _, facts = box.run(nccl_tuning_delivery="nccl_conf")
+    assert rc == 0, out[-3000:]
+    conf = box.conf.read_text()
+    assert "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n" in conf and f"# BEGIN {MARK}" in conf
+    assert "=" not in "".join(line for line in conf.splitlines() if line.startswith("#"))  # NCCL < 2.19 safe
+    assert MARK not in box.site_file.read_text()
+    assert "someone else's line" in box.site_file.read_text()
+    assert env_seen_by(box.venv_python, "NCCL_PROTO") == "None"
+    assert "RUNNING HANDLER [Restart sglang service]" in out
+    assert facts["service_env"] == {} and facts["applied"]["places"]["nccl_conf"] == str(box.conf)
+
+
+def test_removing_a_variable_removes_it(box):
+    rc, out, _, facts = box.run(nccl_tuning_delivery="nccl_conf", nccl_tuning_settings={"NCCL_PROTO": "LL"})
+    assert rc == 0, out[-3000:]
+    assert "NCCL_ALGO" not in box.conf.read_text() and "NCCL_PROTO=LL" in box.conf.read_text()
+    assert facts["applied"]["source"] == "inventory"
+
+
+def test_invalid_value_fails_naming_it_before_anything_changes(box):
+    before = box.conf.read_text()
+    rc, out, _, _ = box.run(nccl_tuning_delivery="service", nccl_tuning_settings={"NCCL_PROTO": "LL129"})
+    assert rc != 0
+    assert "nccl_tuning_settings: NCCL_PROTO='LL129' unknown protocol 'LL129'" in out
+    assert box.conf.read_text() == before  # validation runs before any delivery or cleanup
+
+
+def test_unknown_name_and_bad_delivery_fail(box):
+    rc, out, _, _ = box.run(nccl_tuning_pcie_settings={"NCCL_ALGOS": "Ring"})
+    assert rc != 0 and "nccl_tuning_pcie_settings: NCCL_ALGOS is not an NCCL variable" in out
+    rc, out, _, _ = box.run(nccl_tuning_delivery="environment")
+    assert rc != 0 and "nccl_tuning_delivery" in out
+
+
+def test_back_to_service_cleans_everywhere(box):
+    rc, out, _, facts = box.run()
+    assert rc == 0, out[-3000:]
+    assert MARK not in box.conf.read_text() and MARK not in box.site_file.read_text()
+    assert facts["service_env"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+
+
+def test_nvlink_node_gets_nccl_defaults_and_measurement_is_reported(box):
+    choice = {"chosen": "defaults", "settings": {}, "rule": "r", "table_md": "| t |"}
+    (box.state / "nccl").mkdir(parents=True, exist_ok=True)
+    (box.state / "nccl" / "choice.json").write_text(json.dumps(choice))
+    rc, out, _, facts = box.run(nccl_tuning_interconnect="nvlink")
+    assert rc == 0, out[-3000:]
+    assert facts["service_env"] == {} and facts["applied"]["source"] == "nvlink default"
+    assert facts["applied"]["measurement"]["table_md"] == "| t |"
+    rc, out, _, facts = box.run(nccl_tuning_use_measurement=True)
+    assert rc == 0 and facts["applied"]["source"] == "measurement" and facts["service_env"] == {}
+
+
+# --------------------------------------------------------------------------- playbooks/nccl_measure.yml
+
+
+def measure(tmp_path, python, **extra):
+    extravars = {
+        "sglang_state_dir": str(tmp_path / "state"),
+        "nccl_tuning_measure_python": str(python),
+        "nccl_tuning_artifacts_dir": str(tmp_path / "artifacts"),
+        "ansible_python_interpreter": sys.executable,
+        **extra,
+    }
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [
+            str(PLAYBOOK_BIN),
+            "-c",
+            "local",
+            "-i",
+            "localhost,",
+            "playbooks/nccl_measure.yml",
+            "-e",
+            json.dumps(extravars),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_measure_refuses_a_candidate_that_turns_multicast_on(tmp_path):
+    rc, out = measure(tmp_path, sys.executable, nccl_tuning_measure_candidates={"nvls": {"NCCL_NVLS_ENABLE": "1"}})
+    assert rc != 0 and "nccl_tuning_measure_candidates.nvls: NCCL_NVLS_ENABLE must stay 0" in out
+    assert not (tmp_path / "state").exists()
+
+
+def test_measure_with_an_interpreter_without_torch_fails_clearly(tmp_path):
+    rc, out = measure(tmp_path, sys.executable)
+    assert rc != 0 and "cannot import torch" in out
+
+
+def _torch_python():
+    python = os.environ.get("NCCL_BENCH_PYTHON")
+    if python and subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        return python
+    return None
+
+
+@pytest.mark.skipif(_torch_python() is None, reason="set NCCL_BENCH_PYTHON to an interpreter with torch")
+def test_measure_on_a_node_without_two_gpus_reports_and_fetches(tmp_path):
+    rc, out = measure(tmp_path, _torch_python())
+    if "nothing was measured" not in out:
+        pytest.skip("this machine has GPUs: the lead's device run covers the measuring path")
+    assert rc == 0, out[-3000:]
+    fetched = tmp_path / "artifacts" / "localhost" / "nccl"
+    assert json.loads((fetched / "choice.json").read_text())["settings"] is None
+    assert "nothing was measured" in (fetched / "allreduce.jsonl").read_text()
+    assert (tmp_path / "state" / "nccl" / "allreduce.jsonl").exists()  # kept on the node too
