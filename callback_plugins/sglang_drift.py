@@ -1,0 +1,59 @@
+"""Callback: collect what a check-mode run would change, for playbooks/drift.yml.
+
+In plays that set ``sglang_drift_scan: true`` (and run in check mode), every task result
+that reports ``changed`` is a drifted item. The callback records it as the host fact
+``sglang_drift_items`` so a later play of the same run can list the items and fail,
+which gives drift.yml its non-zero exit status. Other plays are left alone.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: sglang_drift
+type: aggregate
+short_description: Record would-be changes of a drift scan as the host fact sglang_drift_items
+description:
+  - Active only in plays whose variables set C(sglang_drift_scan=true).
+  - Each changed task result is appended to the host's C(sglang_drift_items) fact,
+    labelled with its role, task and loop item.
+requirements:
+  - enabled in ansible.cfg (callbacks_enabled)
+"""
+
+
+class CallbackModule(CallbackBase):
+    """Turns changed results of a drift-scan play into a host fact."""
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "sglang_drift"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self._variable_manager = None
+        self._scanning = False
+        self._items = {}
+
+    def v2_playbook_on_play_start(self, play):
+        self._variable_manager = play.get_variable_manager()
+        self._scanning = bool(play.vars.get("sglang_drift_scan", False))
+
+    def v2_runner_on_ok(self, result):
+        if not self._scanning or not result._result.get("changed"):  # pylint: disable=protected-access
+            return
+        task = result._task  # pylint: disable=protected-access
+        host = result._host.get_name()  # pylint: disable=protected-access
+        role = task._role.get_name() if task._role else "play"  # pylint: disable=protected-access
+        label = f"{role} : {task.get_name()}"
+        item = result._result.get("item")  # pylint: disable=protected-access
+        if item is not None:
+            label += f" ({item.get('key', item) if isinstance(item, dict) else item})"
+        drifted = result._result.get("drifted")  # pylint: disable=protected-access
+        if drifted:
+            label += f" [drifted: {', '.join(map(str, drifted))}]"
+        items = self._items.setdefault(host, [])
+        items.append(label)
+        self._variable_manager.set_nonpersistent_facts(host, {"sglang_drift_items": list(items)})
