@@ -1,0 +1,530 @@
+"""sglang_stack_facts: its parsers on real captures, its probe and main() for real, and the expectation check.
+
+Real captures in tests/fixtures/stack/ (see its README.md): nvidia-smi -q of 8 x RTX PRO 6000 Blackwell
+(driver 595.58.03, CUDA 13.2) and of 1 x H200 (580.159.04, CUDA 13.0), the plain nvidia-smi banner of
+2 x H200, nvcc 13.0.88, and the sglang_stack fact the module returned on a real H200 machine.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.testing import patch_module_args
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "stack"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The module imports its parser as ansible.module_utils.stack_facts_parse (ansible.cfg's module_utils
+# path at run time); make that name resolve to the repository's file here.
+parse = _load("ansible.module_utils.stack_facts_parse", REPO / "module_utils" / "stack_facts_parse.py")
+sys.modules["ansible.module_utils.stack_facts_parse"] = parse
+facts_module = _load("sglang_stack_facts_under_test", REPO / "library" / "sglang_stack_facts.py")
+expectations = _load("stack_expectations_under_test", REPO / "filter_plugins" / "stack_expectations.py")
+mismatches = expectations.sglang_stack_mismatches
+
+
+def fixture(name):
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- nvidia-smi
+
+def test_nvidia_smi_q_header_of_the_canonical_node():
+    assert parse.parse_nvidia_smi_q(fixture("rtx6000x8-nvidia-smi-q.txt")) == {
+        "driver_version": "595.58.03", "cuda_version": "13.2", "gpu_count": 8}
+
+
+def test_nvidia_smi_q_header_of_an_h200():
+    assert parse.parse_nvidia_smi_q(fixture("h200x1-nvidia-smi-q.txt")) == {
+        "driver_version": "580.159.04", "cuda_version": "13.0", "gpu_count": 1}
+
+
+def test_nvidia_smi_q_reads_only_the_header():
+    text = fixture("rtx6000x8-nvidia-smi-q.txt")
+    header, _, gpus = text.partition("GPU 00000000:06:00.0")
+    # A GPU section saying something else must not change what the header says.
+    tampered = header.replace("Driver Version", "Driver Versions") + "GPU 00000000:06:00.0" + gpus
+    tampered += "    Driver Version                                         : 1.2.3\n"
+    assert parse.parse_nvidia_smi_q(tampered)["driver_version"] is None
+
+
+def test_nvidia_smi_banner_of_the_h200_node():
+    assert parse.parse_nvidia_smi_banner(fixture("h200x2-nvidia-smi.txt")) == {
+        "driver_version": "580.159.04", "cuda_version": "13.0", "gpu_count": 2}
+
+
+def test_nvidia_smi_banner_is_not_a_q_header():
+    # The module tries -q first; the banner must then still be read by the banner parser.
+    assert parse.parse_nvidia_smi_q(fixture("h200x2-nvidia-smi.txt"))["driver_version"] == "580.159.04"
+    assert parse.parse_nvidia_smi_banner(fixture("rtx6000x8-nvidia-smi-q.txt"))["driver_version"] == "595.58.03"
+
+
+@pytest.mark.parametrize("parser", [parse.parse_nvidia_smi_q, parse.parse_nvidia_smi_banner,
+                                    parse.parse_nvidia_smi_query_driver])
+def test_nvidia_smi_without_driver_or_devices(parser):
+    down = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.\n")
+    assert parser(down) == {"driver_version": None, "cuda_version": None, "gpu_count": None}
+    assert parser("No devices were found\n")["gpu_count"] == 0
+    assert parser("") == {"driver_version": None, "cuda_version": None, "gpu_count": None}
+
+
+def test_nvidia_smi_query_driver():
+    assert parse.parse_nvidia_smi_query_driver(fixture("h200x1-query-gpu-driver-version.csv")) == {
+        "driver_version": "580.159.04", "cuda_version": None, "gpu_count": 1}
+    assert parse.parse_nvidia_smi_query_driver("580.159.04\n580.159.04")["gpu_count"] == 2
+
+
+# --------------------------------------------------------------------------- nvcc and versions
+
+def test_nvcc_version_of_cuda_13_0():
+    assert parse.parse_nvcc_version(fixture("h200x2-nvcc-version.txt")) == {"release": "13.0", "version": "13.0.88"}
+
+
+@pytest.mark.parametrize("text", ["", None, "bash: nvcc: command not found\n", "Cuda compilation tools\n"])
+def test_nvcc_version_unrecognised(text):
+    assert parse.parse_nvcc_version(text) is None
+
+
+@pytest.mark.parametrize("value, expected", [
+    ((2, 28, 9), "2.28.9"), ([2, 27, 3], "2.27.3"), (22809, "2.28.9"), (2708, "2.7.8"), ("2.21.5", "2.21.5"), (None, None),
+])
+def test_nccl_version_string(value, expected):
+    assert parse.nccl_version_string(value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("13.0.88", (13, 0, 88)), ("2.9.1+cu130", (2, 9, 1)), ("v12.8", (12, 8)), ((9, 0), (9, 0)), (None, None), ("N/A", None),
+])
+def test_version_tuple(value, expected):
+    assert parse.version_tuple(value) == expected
+
+
+# --------------------------------------------------------------------------- the Python probe
+
+def test_probe_output_with_noise_before_the_json():
+    payload = {"python": {"executable": "/opt/sglang/venv/bin/python", "version": "3.12.3", "prefix": "/opt/sglang/venv"},
+               "torch": {"version": "2.11.0+cu130", "cuda": "13.0", "cuda_available": True, "device_count": 2,
+                         "devices": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"},
+                                     {"index": 1, "name": "NVIDIA H200", "compute_capability": "9.0"}]},
+               "nccl": {"version": [2, 28, 9], "source": "torch.cuda.nccl.version()"},
+               "sglang": {"version": None, "location": None}, "errors": {}, "fingerprint": "abc"}
+    stdout = "UserWarning: something\n" + parse.PROBE_MARKER + json.dumps(payload) + "\n"
+    facts = parse.parse_probe_output(stdout)
+    assert facts["torch"]["version_public"] == "2.11.0" and facts["torch"]["version_local"] == "cu130"
+    assert facts["torch"]["compute_capabilities"] == ["9.0", "9.0"]
+    assert facts["nccl"]["version"] == "2.28.9"
+    assert facts["fingerprint"] == "abc"
+
+
+@pytest.mark.parametrize("stdout", ["", "Traceback (most recent call last):\n", parse.PROBE_MARKER + "{not json\n",
+                                    parse.PROBE_MARKER + "[1, 2]\n"])
+def test_probe_output_unusable(stdout):
+    with pytest.raises(parse.ProbeOutputError):
+        parse.parse_probe_output(stdout)
+
+
+def test_probe_in_a_python_without_torch_or_sglang_is_data_not_a_crash(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-I", "-c", parse.PROBE_SOURCE], capture_output=True, text=True,
+                          check=True, cwd=tmp_path)
+    facts = parse.parse_probe_output(proc.stdout)
+    assert facts["python"]["executable"] == sys.executable
+    assert facts["torch"]["version"] is None and "ModuleNotFoundError" in facts["errors"]["torch"]
+    assert facts["sglang"]["version"] is None and facts["errors"]["sglang"]
+    assert len(facts["fingerprint"]) == 64
+
+
+# --------------------------------------------------------------------------- the module's main(), for real
+
+def _script(path, text):
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def fake_tools(tmp_path):
+    """nvidia-smi that answers like the test double (no -q, banner of the H200 node), and nvcc of CUDA 13.0.88."""
+    banner = FIXTURES / "h200x2-nvidia-smi.txt"
+    nvidia_smi = _script(tmp_path / "nvidia-smi", "#!/bin/sh\n"
+                         "if [ $# -gt 0 ]; then echo \"Invalid combination of input arguments.\"; exit 2; fi\n"
+                         "cat '%s'\n" % banner)
+    nvcc = _script(tmp_path / "nvcc", "#!/bin/sh\ncat '%s'\n" % (FIXTURES / "h200x2-nvcc-version.txt"))
+    return nvidia_smi, nvcc
+
+
+def run_facts(capsys, **args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            facts_module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exit_info.value.code == 0, result
+    return result
+
+
+def parser_venv_python():
+    helper = _load("server_args_check_helpers", Path(__file__).with_name("test_server_args_check.py"))
+    return helper.ensure_parser_venv()
+
+
+@pytest.fixture(scope="session")
+def cpu_torch_python():
+    return parser_venv_python()
+
+
+def test_module_reads_the_cpu_test_stack_and_reuses_it(capsys, fake_tools, cpu_torch_python):
+    nvidia_smi, nvcc = fake_tools
+    result = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, _ansible_check_mode=True)
+    assert result["changed"] is False and result["reused"] is False
+    stack = result["ansible_facts"]["sglang_stack"]
+    assert stack["driver"] == {"nvidia_smi": nvidia_smi, "source": "nvidia-smi", "driver_version": "580.159.04",
+                               "cuda_version": "13.0", "gpu_count": 2}
+    assert stack["nvcc"] == {"path": nvcc, "release": "13.0", "version": "13.0.88"}
+    assert stack["torch"]["version"] == "2.13.0+cpu" and stack["torch"]["cuda"] is None
+    assert stack["torch"]["cuda_available"] is False and stack["torch"]["device_count"] == 0
+    assert stack["sglang"]["version"] == "0.5.9"
+    assert stack["sglang"]["location"].endswith(os.path.join("site-packages", "sglang"))
+    assert stack["python"]["version"].startswith("3.11.") and stack["python"]["requested"] == cpu_torch_python
+    assert stack["nccl"]["version"] is None and "nccl" in stack["errors"]  # CPU torch has no NCCL
+
+    # Gathered once per run: the same Python, unchanged, is not probed again...
+    again = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stack)
+    assert again["reused"] is True
+    assert again["ansible_facts"]["sglang_stack"] == stack
+    # ...but a changed fingerprint (an install since) is.
+    stale = dict(stack, fingerprint="0" * 64, torch=dict(stack["torch"], version="stale"))
+    fresh = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stale)
+    assert fresh["reused"] is False and fresh["ansible_facts"]["sglang_stack"]["torch"]["version"] == "2.13.0+cpu"
+
+
+def test_module_without_nvidia_smi_nvcc_or_python_reports_nulls(capsys, tmp_path):
+    result = run_facts(capsys, python=str(tmp_path / "nope" / "python"), nvidia_smi=str(tmp_path / "nvidia-smi"),
+                       nvcc=str(tmp_path / "nvcc"))
+    stack = result["ansible_facts"]["sglang_stack"]
+    assert stack["driver"]["driver_version"] is None and "not found" in stack["errors"]["nvidia_smi"]
+    assert stack["nvcc"] == {"path": None, "release": None, "version": None}
+    assert stack["torch"]["version"] is None and "does not exist" in stack["errors"]["python"]
+
+
+def test_module_with_a_driver_that_does_not_answer(capsys, tmp_path):
+    down = _script(tmp_path / "nvidia-smi", "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate "
+                                            "with the NVIDIA driver.\"\nexit 9\n")
+    result = run_facts(capsys, python=sys.executable, nvidia_smi=down, nvcc=str(tmp_path / "nvcc"))
+    stack = result["ansible_facts"]["sglang_stack"]
+    assert stack["driver"]["driver_version"] is None
+    assert "rc=9" in stack["errors"]["nvidia_smi"] and "couldn't communicate" in stack["errors"]["nvidia_smi"]
+
+
+# --------------------------------------------------------------------------- expectations
+
+CANONICAL = {
+    "driver_cuda_min": "13.0", "torch_version": "2.9.1", "torch_cuda": "13.0", "sglang_version": "0.5.9",
+    "cuda_available": True, "device_count": 8, "compute_capability_min": "12.0", "nccl_version": None,
+    "nvcc_release": "13.0", "python_version": None,
+}
+
+
+def stack_of(**sections):
+    stack = {
+        "driver": {"driver_version": "595.58.03", "cuda_version": "13.2", "gpu_count": 8},
+        "nvcc": {"path": "/usr/local/cuda/bin/nvcc", "release": "13.0", "version": "13.0.88"},
+        "python": {"executable": "/opt/sglang/venv/bin/python", "version": "3.12.3"},
+        "torch": {"version": "2.9.1+cu130", "version_local": "cu130", "cuda": "13.0", "cuda_available": True,
+                  "device_count": 8, "compute_capabilities": ["12.0"] * 8},
+        "nccl": {"version": "2.27.7", "source": "torch.cuda.nccl.version()"},
+        "sglang": {"version": "0.5.9", "location": "/opt/sglang/venv/lib/python3.12/site-packages/sglang"},
+        "errors": {},
+    }
+    for name, values in sections.items():
+        stack[name] = dict(stack[name], **values)
+    return stack
+
+
+def test_the_canonical_stack_meets_the_canonical_expectations():
+    assert mismatches(stack_of(), CANONICAL) == []
+
+
+def test_a_real_h200_stack_against_canonical_and_h200_expectations():
+    """The fact gathered on a real H200 machine (torch 2.11.0+cu130, no SGLang)."""
+    stack = json.loads(fixture("h200x1-sglang-stack.json"))
+    assert mismatches(stack, CANONICAL) == [
+        "stack_verify_expected_torch_version: expected 2.9.1, found 2.11.0+cu130",
+        "stack_verify_expected_sglang_version: expected 0.5.9, found none "
+        "(PackageNotFoundError: No package metadata was found for sglang)",
+        "stack_verify_expected_device_count: expected 8 CUDA device(s), found 1",
+        "stack_verify_expected_compute_capability_min: expected every CUDA device >= 12.0, found 9.0",
+    ]
+    h200 = dict(CANONICAL, torch_version="2.11.0", sglang_version=None, device_count=1, compute_capability_min="9.0",
+                nccl_version="2.28", python_version="3.12")
+    assert mismatches(stack, h200) == []
+
+
+def test_every_mismatch_is_listed_naming_its_variable_and_the_value_found():
+    """The CPU-only test node against the canonical expectations: one line per check, all of them."""
+    stack = stack_of(
+        driver={"driver_version": None, "cuda_version": None, "gpu_count": None},
+        torch={"version": "2.13.0+cpu", "version_local": "cpu", "cuda": None, "cuda_available": False,
+               "device_count": 0, "compute_capabilities": []},
+        nccl={"version": None, "source": None},
+        sglang={"version": "0.5.8"},
+        errors={"nvidia_smi": "nvidia-smi not found"},
+    )
+    lines = mismatches(stack, dict(CANONICAL, nccl_version="2.27"))
+    assert lines == [
+        "stack_verify_expected_driver_cuda_min: expected >= 13.0 (CUDA version the driver supports), "
+        "found none (nvidia-smi not found)",
+        "stack_verify_expected_torch_version: expected 2.9.1, found 2.13.0+cpu",
+        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, or a +cu130 build), "
+        "found none (torch 2.13.0+cpu is not a CUDA build)",
+        "stack_verify_expected_sglang_version: expected 0.5.9, found 0.5.8",
+        "stack_verify_expected_cuda_available: expected true, found false",
+        "stack_verify_expected_device_count: expected 8 CUDA device(s), found 0",
+        "stack_verify_expected_compute_capability_min: expected every CUDA device >= 12.0, "
+        "found no CUDA device visible to torch",
+        "stack_verify_expected_nccl_version: expected 2.27, found none",
+    ]
+
+
+def test_the_test_nodes_expectations_pass_on_cpu_torch():
+    """What inventory/testnode sets: the checks that cannot hold without a GPU are skipped (null or "")."""
+    stack = stack_of(
+        driver={"driver_version": "595.58.03", "cuda_version": None, "gpu_count": 8},
+        nvcc={"path": None, "release": None, "version": None},
+        torch={"version": "2.13.0+cpu", "version_local": "cpu", "cuda": None, "cuda_available": False,
+               "device_count": 0, "compute_capabilities": []},
+        nccl={"version": None, "source": None},
+        python={"version": "3.11.2"},
+    )
+    test_node = dict(CANONICAL, driver_cuda_min=None, torch_version="2.13.0", torch_cuda=None,
+                     cuda_available=False, device_count=0, compute_capability_min="", python_version="3.11")
+    assert mismatches(stack, test_node) == []
+
+
+@pytest.mark.parametrize("expected, found, ok", [
+    ("13.0", "13.0", True), ("13.0", "13.2", True), ("13.0", "12.8", False), ("13", "13.0", True), ("13.1", "13", False),
+])
+def test_driver_cuda_is_a_minimum(expected, found, ok):
+    stack = stack_of(driver={"cuda_version": found})
+    assert (mismatches(stack, {"driver_cuda_min": expected}) == []) is ok
+
+
+@pytest.mark.parametrize("torch, want_version, want_cuda, bad", [
+    ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": "13.0"}, "2.9.1", "13.0", []),
+    ({"version": "2.9.1", "version_local": None, "cuda": "13.0"}, "2.9.1", "13.0", []),        # no tag, CUDA build
+    ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": None}, "2.9.1", "13.0", []),  # tag alone
+    ({"version": "2.9.1+cu128", "version_local": "cu128", "cuda": "12.8"}, "2.9.1", "13.0", ["torch_cuda"]),
+    ({"version": "2.9.10+cu130", "version_local": "cu130", "cuda": "13.0"}, "2.9.1", "13.0", ["torch_version"]),
+    ({"version": "2.9.1+cu128", "version_local": "cu128", "cuda": "12.8"}, "2.9.1+cu130", None, ["torch_version"]),
+    ({"version": "2.11.0+cu130", "version_local": "cu130", "cuda": "13.0"}, "2.9", "13.0", ["torch_version"]),
+])
+def test_torch_version_and_cuda(torch, want_version, want_cuda, bad):
+    lines = mismatches(stack_of(torch=torch), {"torch_version": want_version, "torch_cuda": want_cuda})
+    assert [line.split(":")[0] for line in lines] == ["stack_verify_expected_" + b for b in bad]
+
+
+def test_compute_capability_minimum_names_the_devices_found():
+    stack = stack_of(torch={"compute_capabilities": ["9.0", "9.0"], "device_count": 2})
+    assert mismatches(stack, {"compute_capability_min": "12.0"}) == [
+        "stack_verify_expected_compute_capability_min: expected every CUDA device >= 12.0, found 9.0, 9.0"]
+    assert mismatches(stack, {"compute_capability_min": "9.0"}) == []
+
+
+def test_nvcc_is_checked_only_where_installed():
+    assert mismatches(stack_of(nvcc={"path": None, "release": None, "version": None}), {"nvcc_release": "13.0"}) == []
+    assert mismatches(stack_of(nvcc={"release": "12.8", "version": "12.8.93"}), {"nvcc_release": "13.0"}) == [
+        "stack_verify_expected_nvcc_release: expected 13.0 (nvcc at /usr/local/cuda/bin/nvcc), found 12.8.93"]
+
+
+def test_missing_python_is_named_in_every_check_it_breaks():
+    stack = facts_stack_for_missing_python()
+    lines = mismatches(stack, {"sglang_version": "0.5.9", "torch_version": "2.9.1"})
+    assert lines == [
+        "stack_verify_expected_torch_version: expected 2.9.1, found none (/opt/sglang/venv/bin/python does not exist)",
+        "stack_verify_expected_sglang_version: expected 0.5.9, found none (/opt/sglang/venv/bin/python does not exist)",
+    ]
+
+
+def facts_stack_for_missing_python():
+    stack = parse.empty_python_facts("/opt/sglang/venv/bin/python", "/opt/sglang/venv/bin/python does not exist")
+    stack["driver"] = {"driver_version": "595.58.03", "cuda_version": "13.2", "gpu_count": 8}
+    stack["nvcc"] = {"path": None, "release": None, "version": None}
+    return stack
+
+
+@pytest.mark.parametrize("key, value", [("device_count", "eight"), ("cuda_available", "maybe"),
+                                        ("torch_version", "latest"), ("device_count", True)])
+def test_a_malformed_expectation_names_its_variable(key, value):
+    with pytest.raises(AnsibleFilterError, match="stack_verify_expected_" + key):
+        mismatches(stack_of(), {key: value})
+
+
+def test_unknown_expectation_is_refused():
+    with pytest.raises(AnsibleFilterError, match="unknown expectation"):
+        mismatches(stack_of(), {"torch_cuda_version": "13.0"})
+
+
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_null_or_empty_skips(value):
+    assert mismatches({}, {key: value for key in expectations.KNOWN_KEYS}) == []
+
+
+def test_string_numbers_from_templating_are_accepted():
+    # "{{ sglang_server_args.tp_size }}" may arrive as "8"; cuda_available as "true".
+    assert mismatches(stack_of(), {"device_count": "8", "cuda_available": "true"}) == []
+
+
+# --------------------------------------------------------------------------- the stack_verify role, for real
+
+ROLE_PLAYBOOK = """\
+- name: stack_verify against CPU torch and the nvidia-smi double
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: First stack_verify of the run
+      ansible.builtin.include_role:
+        name: stack_verify
+    - name: Second stack_verify of the run (after an install, say)
+      ansible.builtin.include_role:
+        name: stack_verify
+    - name: Later roles see the facts
+      ansible.builtin.debug:
+        msg: "torch={{ sglang_stack.torch.version }} sglang={{ sglang_stack.sglang.version }}"
+"""
+
+# What inventory/testnode sets for a node with CPU torch 2.13.0, no GPU, and the nvidia-smi double's
+# rtx-pro-6000-8x capture (whose banner has a driver version but no "CUDA Version").
+TEST_NODE_EXPECTATIONS = {
+    "stack_verify_expected_driver_cuda_min": None,
+    "stack_verify_expected_torch_version": "2.13.0",
+    "stack_verify_expected_torch_cuda": None,
+    "stack_verify_expected_cuda_available": False,
+    "stack_verify_expected_device_count": 0,
+    "stack_verify_expected_compute_capability_min": None,
+    "stack_verify_expected_nvcc_release": None,
+}
+DOUBLE_BIN = REPO / "tests" / "double" / "bin"
+
+
+@pytest.fixture(name="role_run", scope="module")
+def fixture_role_run(tmp_path_factory, cpu_torch_python):
+    import tempfile
+
+    import ansible_runner
+    import yaml
+
+    tmp_path = tmp_path_factory.mktemp("stack_verify")
+    playbook = tmp_path / "stack_verify.yml"
+    playbook.write_text(ROLE_PLAYBOOK, encoding="utf-8")
+    hosts = {
+        "test-node": dict(TEST_NODE_EXPECTATIONS, stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-rtx-pro-6000-8x")),
+        "canonical-on-cpu": {"stack_verify_nvidia_smi": str(DOUBLE_BIN / "nvidia-smi-h200-2x-nvlink"),
+                             "stack_verify_nvcc": str(tmp_path / "no-nvcc")},
+        "driver-down": dict(TEST_NODE_EXPECTATIONS, stack_verify_expected_driver_cuda_min="13.0",
+                            stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-driver-down")),
+        "no-python": dict(TEST_NODE_EXPECTATIONS, stack_verify_python=str(tmp_path / "venv" / "bin" / "python"),
+                          stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-h200-2x-nvlink")),
+    }
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"vars": {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "sglang_python": cpu_torch_python,
+        "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 8},
+    }, "hosts": hosts}}), encoding="utf-8")
+    envvars = {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+    }
+
+    def run(check=False):
+        with tempfile.TemporaryDirectory(prefix="stack-verify-runner-") as private:
+            runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(playbook),
+                                        inventory=str(inventory), envvars=envvars, quiet=True,
+                                        cmdline="--check" if check else None)
+            events = list(runner.events)
+            failed, gathered, later = {}, {}, {}
+            for event in events:
+                data = event.get("event_data", {})
+                host, res = data.get("host"), data.get("res", {})
+                if event.get("event") == "runner_on_failed":
+                    failed[host] = str(res.get("msg", ""))
+                if event.get("event") == "runner_on_ok" and data.get("task", "").startswith("Read driver, CUDA"):
+                    gathered.setdefault(host, []).append(res)
+                if event.get("event") == "runner_on_ok" and data.get("task") == "Later roles see the facts":
+                    later[host] = res["msg"]
+            return {"rc": runner.rc, "stats": runner.stats or {}, "failed": failed, "gathered": gathered,
+                    "later": later, "stdout": runner.stdout.read()}
+
+    return run
+
+
+@pytest.fixture(name="role_outcome", scope="module")
+def fixture_role_outcome(role_run):
+    return role_run()
+
+
+def listed(message):
+    return [line.strip()[2:] for line in message.splitlines()[1:]]
+
+
+def test_role_passes_on_the_test_node_and_gathers_once(role_outcome):
+    assert "test-node" not in role_outcome["failed"], role_outcome["stdout"][-3000:]
+    assert role_outcome["later"]["test-node"] == "torch=2.13.0+cpu sglang=0.5.9"
+    first, second = role_outcome["gathered"]["test-node"]
+    assert first["reused"] is False and second["reused"] is True
+    driver = first["ansible_facts"]["sglang_stack"]["driver"]
+    assert driver["driver_version"] == "595.58.03" and driver["cuda_version"] is None  # the double's banner
+    assert driver["source"] == "nvidia-smi"  # the double answers no -q
+
+
+def test_role_changes_nothing(role_outcome):
+    assert not role_outcome["stats"].get("changed"), role_outcome["stats"]
+
+
+def test_role_fails_once_listing_every_mismatch(role_outcome):
+    message = role_outcome["failed"]["canonical-on-cpu"]
+    assert message.startswith("Stack check failed on canonical-on-cpu: the software stack differs from the "
+                              "inventory's expectations in 5 way(s)")
+    # The driver check passed on the H200 double's banner (CUDA 13.0 >= 13.0); nvcc is absent, so not checked.
+    assert listed(message) == [
+        "stack_verify_expected_torch_version: expected 2.9.1, found 2.13.0+cpu",
+        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, or a +cu130 build), "
+        "found none (torch 2.13.0+cpu is not a CUDA build)",
+        "stack_verify_expected_cuda_available: expected true, found false",
+        "stack_verify_expected_device_count: expected 8 CUDA device(s), found 0",
+        "stack_verify_expected_compute_capability_min: expected every CUDA device >= 12.0, "
+        "found no CUDA device visible to torch",
+    ]
+
+
+def test_role_names_a_driver_that_does_not_answer(role_outcome):
+    (line,) = listed(role_outcome["failed"]["driver-down"])
+    assert line.startswith("stack_verify_expected_driver_cuda_min: expected >= 13.0 (CUDA version the driver "
+                           "supports), found none (nvidia-smi -q: rc=9 NVIDIA-SMI has failed")
+
+
+def test_role_names_a_missing_python(role_outcome):
+    lines = listed(role_outcome["failed"]["no-python"])
+    assert "stack_verify_expected_torch_version: expected 2.13.0, found none (%s does not exist)" % (
+        role_outcome["gathered"]["no-python"][0]["ansible_facts"]["sglang_stack"]["python"]["requested"]) in lines
+    assert any(line.startswith("stack_verify_expected_sglang_version: expected 0.5.9, found none") for line in lines)
+
+
+def test_role_in_check_mode_reads_and_judges_the_same(role_run):
+    outcome = role_run(check=True)
+    assert set(outcome["failed"]) == {"canonical-on-cpu", "driver-down", "no-python"}
+    assert outcome["later"]["test-node"] == "torch=2.13.0+cpu sglang=0.5.9"
