@@ -9,13 +9,15 @@ which gives drift.yml its non-zero exit status. Other plays are left alone.
 from __future__ import annotations
 
 from ansible.plugins.callback import CallbackBase
+from ansible.template import Templar
 
 DOCUMENTATION = r"""
 name: sglang_drift
 type: aggregate
 short_description: Record would-be changes of a drift scan as the host fact sglang_drift_items
 description:
-  - Active only in plays whose variables set C(sglang_drift_scan=true).
+  - Active only in plays whose variables set C(sglang_drift_scan=true) (templated).
+  - In such a play with ignore_errors, a failed task is recorded too: the node needs a real run.
   - Each changed task result is appended to the host's C(sglang_drift_items) fact,
     labelled with its role, task and loop item.
 requirements:
@@ -39,21 +41,34 @@ class CallbackModule(CallbackBase):
 
     def v2_playbook_on_play_start(self, play):
         self._variable_manager = play.get_variable_manager()
-        self._scanning = bool(play.vars.get("sglang_drift_scan", False))
+        flag = play.vars.get("sglang_drift_scan", False)
+        if isinstance(flag, str):  # e.g. "{{ sglang_drift_only | default(false) }}"
+            templar = Templar(loader=play._loader, variables=self._variable_manager.get_vars(play=play))  # pylint: disable=protected-access
+            flag = templar.template(flag)
+        self._scanning = flag is True or str(flag).lower() == "true"
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        # In a scan (check mode, ignore_errors) a task that cannot run yet, e.g. on a first
+        # deploy, means the node needs a real run.
+        if self._scanning and ignore_errors:
+            self._record(result, "cannot be checked without changing: " + str(result._result.get("msg", ""))[:200])  # pylint: disable=protected-access
 
     def v2_runner_on_ok(self, result):
-        if not self._scanning or not result._result.get("changed"):  # pylint: disable=protected-access
-            return
+        if self._scanning and result._result.get("changed"):  # pylint: disable=protected-access
+            self._record(result)
+
+    def _record(self, result, note=None):
         task = result._task  # pylint: disable=protected-access
         host = result._host.get_name()  # pylint: disable=protected-access
-        role = task._role.get_name() if task._role else "play"  # pylint: disable=protected-access
-        label = f"{role} : {task.get_name()}"
+        label = task.get_name()  # already "role : task" for role tasks
         item = result._result.get("item")  # pylint: disable=protected-access
         if item is not None:
             label += f" ({item.get('key', item) if isinstance(item, dict) else item})"
         drifted = result._result.get("drifted")  # pylint: disable=protected-access
         if drifted:
             label += f" [drifted: {', '.join(map(str, drifted))}]"
+        if note:
+            label += f" [{note}]"
         items = self._items.setdefault(host, [])
         items.append(label)
         self._variable_manager.set_nonpersistent_facts(host, {"sglang_drift_items": list(items)})
