@@ -1,0 +1,232 @@
+"""The real-GPU tier's recorded runs (tests/fixtures/gpu-runs/), re-checked without a GPU.
+
+Each folder is what tests/gpu/run-gpu-tier wrote on an H200 device machine (see its README.md):
+the gpu_topology and sglang_stack facts, the raw nvidia-smi output the module read, torch's own
+report, the NCCL tables and choices, and the failure of a planted wrong expectation. Here they are
+parsed again with the project's own code: the module's parser, the NCCL choice rule, the stack
+expectation filter and the tier's comparison helper.
+"""
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RUNS = REPO / "tests" / "fixtures" / "gpu-runs"
+sys.path.insert(0, str(REPO / "module_utils"))
+sys.path.insert(0, str(REPO / "filter_plugins"))
+
+import gpu_topology_parse  # noqa: E402  pylint: disable=wrong-import-position
+import stack_expectations  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+checks_mod = _load("gpu_tier_checks", REPO / "tests" / "gpu" / "gpu_tier_checks.py")
+nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_tuning" / "files" / "nccl_choice.py")
+
+ALL_RUNS = sorted(p for p in RUNS.iterdir() if p.is_dir())
+X2_RUNS = [p for p in ALL_RUNS if re.search(r"-h200x2\b", p.name)]
+X1_RUNS = [p for p in ALL_RUNS if re.search(r"-h200x1\b", p.name)]
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def gpus_of(run):
+    return int(re.search(r"-h200x(\d+)", run.name).group(1))
+
+
+def read_json(run, name):
+    return json.loads((run / name).read_text())
+
+
+def records(run, label):
+    return nc.load_records((run / f"nccl-{label}.jsonl").read_text().splitlines())
+
+
+def ids(runs):
+    return [p.name for p in runs]
+
+
+def test_the_recorded_runs_exist():
+    assert X2_RUNS and X1_RUNS, f"expected h200x2 and h200x1 runs in {RUNS}"
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_run_is_complete_documented_and_passed_on_the_device(run):
+    for name in (
+        "README.md",
+        "gpu_topology.json",
+        "sglang_stack.json",
+        "torch_report.json",
+        "nvidia-smi-topo-m.txt",
+        "nvidia-smi-query-gpu.csv",
+        "nccl-defaults.jsonl",
+        "nccl-defaults-choice.json",
+        "wrong-expectation.txt",
+        "checks.json",
+        "summary.txt",
+        "run-info.txt",
+    ):
+        assert (run / name).is_file(), name
+    readme = (run / "README.md").read_text()
+    assert f"bash tests/gpu/run-gpu-tier --gpus {gpus_of(run)}" in readme
+    assert run.name[:10] in readme  # the date
+    info = dict(line.split(": ", 1) for line in (run / "run-info.txt").read_text().splitlines() if ": " in line)
+    assert info["gpus"] == str(gpus_of(run))
+    assert info["main_rc"] == "0" and info["checks_rc"] == "0" and info["wrong_expectation_rc"] != "0"
+    failed = [c for c in read_json(run, "checks.json") if not c["ok"]]
+    assert not failed
+
+
+# --------------------------------------------------------------------------- gpu_topology
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_gpu_topology_facts_describe_an_h200_node(run):
+    topo = read_json(run, "gpu_topology.json")
+    gpus = gpus_of(run)
+    assert topo["gpu_count"] == gpus == len(topo["gpus"])
+    for gpu in topo["gpus"]:
+        assert gpu["name"] == "NVIDIA H200"
+        assert gpu["compute_capability"] == "9.0"
+        assert (gpu["pcie_link_gen_max"], gpu["pcie_link_width_max"]) == (5, 16)
+        assert gpu["memory_total_mib"] > 140000
+        assert gpu["driver_version"].startswith("580.")
+    assert topo["driver_version"].startswith("580.")
+    if gpus >= 2:
+        assert topo["interconnect"] == "nvlink" and topo["nvlink"] is True
+        assert len(topo["links"]) == gpus * (gpus - 1) // 2
+        assert {link["link"] for link in topo["links"]} == {"NV18"}
+    else:
+        assert topo["interconnect"] == "none" and topo["links"] == [] and topo["nvlink"] is False
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_raw_nvidia_smi_output_parses_to_the_same_facts(run):
+    topo_m = (run / "nvidia-smi-topo-m.txt").read_text()
+    query = (run / "nvidia-smi-query-gpu.csv").read_text()
+    assert "\x1b[" in topo_m  # the real header's ANSI underline, which the parser must strip
+    parsed = gpu_topology_parse.build_topology(query, topo_m)
+    recorded = read_json(run, "gpu_topology.json")
+    # Read a moment apart: only the *current* PCIe link (trains down when idle) may differ.
+    assert checks_mod.without_volatile(parsed) == checks_mod.without_volatile(recorded)
+
+
+# --------------------------------------------------------------------------- stack
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_stack_facts_agree_with_torch_asked_directly(run):
+    stack, report, topo = (read_json(run, n) for n in ("sglang_stack.json", "torch_report.json", "gpu_topology.json"))
+    checks = checks_mod.Checks()
+    checks_mod.check_stack(checks, stack, report, topo, gpus_of(run))
+    assert not checks.failed
+    assert stack["torch"]["version"] == report["torch"]["version"] == "2.11.0+cu130"
+    assert stack["nccl"]["version"] == report["nccl"]
+    assert stack["driver"]["driver_version"] == report["nvml"]["driver_version"] == topo["driver_version"]
+    assert stack["sglang"]["version"] is None
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_stack_facts_meet_the_device_inventory_and_miss_the_canonical_one(run):
+    group_vars = yaml.safe_load((REPO / "inventory" / "device-h200" / "group_vars" / "sglang_nodes.yml").read_text())
+    prefix = "stack_verify_expected_"
+    expectations = {key[len(prefix) :]: value for key, value in group_vars.items() if key.startswith(prefix)}
+    assert expectations["device_count"] == "{{ gpu_tier_gpu_count | int }}"
+    expectations["device_count"] = gpus_of(run)  # what the play templates it to
+    stack = read_json(run, "sglang_stack.json")
+    assert stack_expectations.sglang_stack_mismatches(stack, expectations) == []
+    # The canonical node's expectations (role defaults) must not pass on an H200 with torch 2.11.
+    canonical = dict(expectations, torch_version="2.9.1", compute_capability_min="12.0", device_count=8)
+    lines = stack_expectations.sglang_stack_mismatches(stack, canonical)
+    assert any(line.startswith("stack_verify_expected_torch_version:") for line in lines)
+    assert any(line.startswith("stack_verify_expected_compute_capability_min:") for line in lines)
+    assert any(line.startswith("stack_verify_expected_device_count:") for line in lines)
+
+
+# --------------------------------------------------------------------------- wrong expectation
+
+
+@pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
+def test_wrong_gpu_count_failed_with_the_right_message(run):
+    text = (run / "wrong-expectation.txt").read_text()
+    assert "GPU preflight failed on localhost" in text
+    assert (
+        f"gpu_preflight_expected_gpu_count: expected {checks_mod.wrong_count(gpus_of(run))} GPUs, found {gpus_of(run)}"
+        in text
+    )
+    assert "in 1 way(s)" in text  # nothing else about the node was wrong
+    log = (run / "play-wrong-expectation.log").read_text()
+    assert checks_mod.wrong_expectation_message(log) == text.strip()
+    assert re.search(r"localhost\s*: ok=\d+ .*failed=1", log)
+
+
+# --------------------------------------------------------------------------- NCCL
+
+
+@pytest.mark.parametrize("run", X2_RUNS, ids=ids(X2_RUNS))
+def test_recorded_nccl_choice_is_the_rule_applied_to_the_recorded_table(run):
+    for label in ("defaults", "p2p-off"):
+        table = records(run, label)
+        recorded = read_json(run, f"nccl-{label}-choice.json")
+        again = nc.choose(table)
+        assert (again["chosen"], again["settings"]) == (recorded["chosen"], recorded["settings"])
+        assert again["rule"] == recorded["rule"] == nc.RULE
+        assert again["sizes"] == [16 * KiB * 2**i for i in range(9)]  # hidden 8192 x batch 1..256 x 2 B
+        for record in table:
+            assert record["world"] == 2 and record["correct"] is True and record["nccl_version"] == "2.28.9"
+            assert record["env"]["NCCL_NVLS_ENABLE"] == "0" and record["env"]["NCCL_CONF_FILE"] == "/dev/null"
+            assert record["injected_env"] == {}
+    names = [nc.name_of(r) for r in records(run, "defaults")]
+    assert names == ["defaults", "seed-pcie", "proto-ll"]
+
+
+@pytest.mark.parametrize("run", X2_RUNS, ids=ids(X2_RUNS))
+def test_p2p_off_run_carried_the_variable_and_the_rebased_choice_holds(run):
+    table = records(run, "p2p-off")
+    assert [nc.name_of(r) for r in table] == ["defaults", "p2p-off", "p2p-off+seed-pcie", "p2p-off+proto-ll"]
+    for record in table[1:]:
+        assert record["env"]["NCCL_P2P_DISABLE"] == "1"
+    assert "NCCL_P2P_DISABLE" not in table[0]["env"]
+    # It took effect: through host memory, 4 MiB takes far longer than over NVLink in the same run.
+    us = checks_mod.latency_table(table)
+    assert us["p2p-off"][4 * MiB] > 2 * us["defaults"][4 * MiB]
+    # Against NCCL's true defaults no p2p-off candidate can win.
+    assert read_json(run, "nccl-p2p-off-choice.json")["chosen"] == "defaults"
+    recorded = read_json(run, "nccl-p2p-off-rebased-choice.json")
+    again = checks_mod.rebased_choice(table)
+    assert (again["chosen"], again["settings"]) == (recorded["chosen"], recorded["settings"])
+    assert recorded["baseline_env"] == {"NCCL_P2P_DISABLE": "1"}
+    rows = {row["candidate"]: row for row in recorded["candidates"]}
+    assert rows["p2p-off"]["baseline"] is True and rows["p2p-off+seed-pcie"]["settings"] == {
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+    }
+
+
+@pytest.mark.parametrize("run", X1_RUNS, ids=ids(X1_RUNS))
+def test_one_gpu_measures_nothing_and_says_so(run):
+    choice = read_json(run, "nccl-defaults-choice.json")
+    assert choice["chosen"] is None and choice["settings"] is None and choice["world"] == 1
+    assert "nothing was measured" in choice["skipped"]
+    assert records(run, "defaults") == []
+    assert not (run / "nccl-p2p-off.jsonl").exists()
+
+
+def test_rebase_refuses_a_candidate_without_p2p_off():
+    table = [
+        {"candidate": "defaults", "settings": {}, "us_per_allreduce": {"16384": 10.0}, "correct": True},
+        {"candidate": "ll", "settings": {"NCCL_PROTO": "LL"}, "us_per_allreduce": {"16384": 9.0}, "correct": True},
+    ]
+    with pytest.raises(ValueError, match="does not carry"):
+        checks_mod.rebase_p2p(table)
