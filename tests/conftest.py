@@ -12,10 +12,17 @@ REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
 from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position
+from parser_venv import ensure_parser_venv  # noqa: E402  pylint: disable=wrong-import-position
 from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-position
 
 # Test nodes of the suite live apart from the quickstart's node (.testnodes/).
 STATE_ROOT = REPO / ".cache" / "pytest-testnodes"
+
+
+@pytest.fixture(scope="session")
+def parser_python():
+    """Python of .cache/parser-venv (SGLang 0.5.9 + CPU torch 2.13.0 from the wheelhouse), built once."""
+    return ensure_parser_venv()
 
 
 @pytest.fixture(scope="session")

@@ -41,8 +41,9 @@ def testnode_vars(overrides=None):
         if isinstance(value, str) and "{{" in value and depth < 10:
             try:
                 return render(env.from_string(value).render(**merged), depth + 1)
-            except jinja2.UndefinedError:
-                return value  # depends on facts gathered on the node: not needed here
+            except (jinja2.UndefinedError, jinja2.TemplateAssertionError):
+                # depends on facts gathered on the node, or on Ansible's own filters (bool, ...): not needed here
+                return value
         if isinstance(value, dict):
             return {k: render(v, depth) for k, v in value.items()}
         if isinstance(value, list):

@@ -1,17 +1,16 @@
 """The patch set shipped in roles/sglang_patches/files/sglang-0.5.9, on the REAL pristine wheel.
 
-The wheel is looked for in .cache/wheelhouse/ (filled by scripts/setup), then .cache/wheels/,
-and downloaded there with `pip download --no-deps sglang==0.5.9` when absent.
+The wheel is the wheelhouse's (.cache/wheelhouse, built by scripts/setup; tests/patch_set_fixtures.py).
 
-What runs without a GPU is tested: every patch applies (strict applier and GNU patch), the
-patched files compile, the patched environ.py refuses a misspelt SGLANG_ENABLE_SPEC_V2, and
-the threshold functions of patch 0002 decide as documented. The role itself then runs through
-ansible-playbook against a throw-away venv holding the real sglang 0.5.9 files.
+What runs without a GPU, torch or ansible-playbook is tested here: every patch applies (strict
+applier and GNU patch), the patched files compile, the patched environ.py refuses a misspelt
+SGLANG_ENABLE_SPEC_V2, and the threshold functions of patch 0002 decide as documented.
+tests/roles/test_sglang_patch_set_role.py runs the patched draft code on CPU torch and the role
+itself through ansible-playbook against a throw-away venv holding the real sglang 0.5.9 files.
 """
 
 import ast
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -19,83 +18,24 @@ import subprocess
 import sys
 import types
 import warnings
-import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from patch_set_fixtures import (  # noqa: F401  pylint: disable=unused-import  (fixtures, used by name)
+    SET_DIR,
+    VERSION,
+    patched,
+    patches,
+    pp,
+    pristine,
+    record,
+    set_meta,
+    wheel,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-SET_DIR = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
-VERSION = "0.5.9"
-WHEEL_NAME = f"sglang-{VERSION}-py3-none-any.whl"
-
-import ansible.module_utils  # noqa: E402
-
-if str(REPO / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(REPO / "module_utils"))
-
-from ansible.module_utils import package_patch as pp  # noqa: E402
-
 SPEC_ENV = "SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS"
-WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
-
-
-# ----------------------------------------------------------------------------------------
-# Fixtures: the pristine wheel and the set
-# ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def wheel():
-    for folder in (REPO / ".cache" / "wheelhouse", REPO / ".cache" / "wheels"):
-        if (folder / WHEEL_NAME).is_file():
-            return folder / WHEEL_NAME
-    dest = REPO / ".cache" / "wheels"
-    dest.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", f"sglang=={VERSION}", "-d", str(dest)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0 or not (dest / WHEEL_NAME).is_file():
-        pytest.skip(f"sglang {VERSION} wheel not available: {done.stderr[-500:]}")
-    return dest / WHEEL_NAME
-
-
-@pytest.fixture(scope="session")
-def set_meta():
-    return yaml.safe_load((SET_DIR / "set.yml").read_text())
-
-
-@pytest.fixture(scope="session")
-def patches(set_meta):
-    return [pp.parse_patch(name, (SET_DIR / name).read_bytes()) for name in set_meta["patches"]]
-
-
-@pytest.fixture(scope="session")
-def record(wheel):
-    """RECORD of the wheel: path -> sha256 hex."""
-    with zipfile.ZipFile(wheel) as zf:
-        text = zf.read(f"sglang-{VERSION}.dist-info/RECORD").decode()
-    out = {}
-    for line in text.splitlines():
-        path, digest, _ = line.rsplit(",", 2)
-        out[path] = pp.record_hash_to_hex(digest)
-    return out
-
-
-@pytest.fixture(scope="session")
-def pristine(wheel, patches):
-    """Pristine bytes of every file the set touches, straight from the wheel."""
-    with zipfile.ZipFile(wheel) as zf:
-        return {path: zf.read(path) for path in pp.target_paths(patches)}
-
-
-@pytest.fixture(scope="session")
-def patched(pristine, patches):
-    return {path: pp.apply_patches(data, path, patches) for path, data in pristine.items()}
 
 
 # ----------------------------------------------------------------------------------------
@@ -143,8 +83,7 @@ def test_each_patch_applies_in_order_to_the_pristine_wheel_and_reverses(pristine
 
 
 def test_each_patch_applies_with_gnu_patch_too(tmp_path, pristine):
-    if not shutil.which("patch"):
-        pytest.skip("GNU patch not installed")
+    assert shutil.which("patch"), "GNU patch is not installed: scripts/setup installs it (apt package patch)"
     for path, data in pristine.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes(data)
@@ -403,215 +342,3 @@ def test_worker_init_and_decode_path_use_the_switch(worker_tree):
     draft_worker = next(n for n in worker_tree.body if isinstance(n, ast.ClassDef) and n.name == "EagleDraftWorker")
     draft = ast.unparse(next(n for n in draft_worker.body if isinstance(n, ast.FunctionDef) and n.name == "draft"))
     assert "if can_cuda_graph and (not skip_draft_steps):" in draft
-
-
-def _functions(source, names, cls=None):
-    body = ast.parse(source).body
-    if cls:
-        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == cls).body
-    return [n for n in body if isinstance(n, ast.FunctionDef) and n.name in names]
-
-
-def test_skipped_draft_keeps_the_tree_shapes_without_any_draft_forward(wheel, patched):
-    """EagleDraftWorker.draft_forward with a fake drafter, on CPU torch (skipped where torch is absent).
-
-    Skipping must give the verify pass tensors of the same shapes and the same chain tree
-    (so the TARGET_VERIFY CUDA graph still fits), with every draft slot holding the first token.
-    """
-    torch = pytest.importorskip("torch")
-    with zipfile.ZipFile(wheel) as zf:
-        common = zf.read("sglang/srt/utils/common.py")
-        spec_utils = zf.read("sglang/srt/speculative/spec_utils.py")
-    namespace = {"torch": torch, "List": list, "_is_npu": False, "detect_nan": lambda _: None, "ForwardBatch": object}
-    nodes = _functions(common, {"fast_topk"}) + _functions(spec_utils, {"select_top_k_tokens"})
-    nodes += _functions(patched[WORKER], {"draft_forward"}, cls="EagleDraftWorker")
-    exec(compile(ast.Module(body=nodes, type_ignores=[]), WORKER, "exec"), namespace)  # noqa: S102
-    batch, hidden, vocab, steps = 5, 8, 50, 3
-    forwards = []
-
-    def forward(forward_batch, skip_attn_backend_init):
-        forwards.append(forward_batch.input_ids.clone())
-        n = forward_batch.input_ids.shape[0]
-        out = types.SimpleNamespace(next_token_logits=torch.randn(n, vocab), hidden_states=torch.randn(n, hidden))
-        return types.SimpleNamespace(logits_output=out)
-
-    def run(skip):
-        forwards.clear()
-        first = torch.randint(0, vocab, (batch, 1))
-        spec = types.SimpleNamespace(
-            topk_p=torch.rand(batch, 1), topk_index=first, hidden_states=torch.randn(batch, hidden)
-        )
-        forward_batch = types.SimpleNamespace(
-            spec_info=spec,
-            out_cache_loc=torch.arange(batch * steps),
-            batch_size=batch,
-            positions=torch.zeros(batch, dtype=torch.long),
-        )
-        worker = types.SimpleNamespace(
-            hot_token_id=None,
-            topk=1,
-            speculative_num_steps=steps,
-            speculative_num_draft_tokens=steps + 1,
-            draft_attn_backend=types.SimpleNamespace(attn_backends=[None] * steps),
-            draft_runner=types.SimpleNamespace(forward=forward),
-            server_args=types.SimpleNamespace(enable_nan_detection=False),
-        )
-        out = namespace["draft_forward"](worker, forward_batch, skip_draft_steps=skip)
-        return out, first, len(forwards)
-
-    (parents, index, tokens), _, normal_forwards = run(False)
-    (s_parents, s_index, s_tokens), first, skipped_forwards = run(True)
-    assert (normal_forwards, skipped_forwards) == (steps - 1, 0)
-    assert torch.equal(parents, s_parents) and torch.equal(index, s_index)
-    assert s_tokens.shape == tokens.shape and s_tokens.dtype == tokens.dtype
-    assert torch.equal(s_tokens, first.repeat(1, steps))
-
-
-# ----------------------------------------------------------------------------------------
-# The role, end to end, on a venv holding the real sglang 0.5.9 files
-# ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory, wheel):
-    root = tmp_path_factory.mktemp("sglang-venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
-    python = root / "venv" / "bin" / "python"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--no-compile",
-            str(wheel),
-        ],
-        check=True,
-    )
-    site = Path(
-        subprocess.check_output(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
-        ).strip()
-    )
-    return types.SimpleNamespace(root=root, python=python, site=site, state=root / "state")
-
-
-PLAYBOOK = """\
-- name: Apply the SGLang patch sets to a local venv
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  roles:
-    - sglang_patches
-  handlers:
-    - name: Record the restart
-      ansible.builtin.copy:
-        content: "restarted\\n"
-        dest: "{{ sglang_state_dir }}/restarted"
-        mode: "0644"
-      listen: Restart sglang service
-"""
-
-
-def run_role(venv, check=False, **extravars):
-    playbook = venv.root / "play.yml"
-    playbook.write_text(PLAYBOOK)
-    variables = {
-        "ansible_python_interpreter": sys.executable,
-        "sglang_python": str(venv.python),
-        "sglang_state_dir": str(venv.state),
-        **extravars,
-    }
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        "localhost,",
-        str(playbook),
-        "-e",
-        json.dumps(variables),
-    ]
-    if check:
-        argv += ["--check", "--diff"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    recap = done.stdout[done.stdout.rfind("PLAY RECAP") :]
-    changed = int(recap.split("changed=")[1].split()[0]) if "changed=" in recap else None
-    restarted = (venv.state / "restarted").exists()
-    if restarted:
-        (venv.state / "restarted").unlink()
-    return types.SimpleNamespace(
-        rc=done.returncode, out=done.stdout + done.stderr, changed=changed, restarted=restarted
-    )
-
-
-def _sha(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def test_role_on_real_sglang_files(venv, record, patched):
-    files = {rel: venv.site / rel for rel in patched}
-    pristine_hashes = {rel: _sha(p) for rel, p in files.items()}
-    assert pristine_hashes == {rel: record[rel] for rel in files}
-    manifest = venv.state / "patches" / "sglang.manifest.json"
-
-    # A set for another version is refused before anything is copied or changed.
-    wrong = run_role(venv, sglang_version="0.5.8")
-    assert wrong.rc != 0 and "made for sglang 0.5.9 but this deployment runs sglang 0.5.8" in wrong.out
-    assert not venv.state.exists()
-
-    # Check mode on the fresh node: reports, changes nothing.
-    checked = run_role(venv, check=True)
-    assert checked.rc == 0, checked.out
-    assert checked.changed and "(patched)" in checked.out
-    assert {rel: _sha(p) for rel, p in files.items()} == pristine_hashes and not manifest.exists()
-
-    # Fresh apply: the files are the set's result, the service is told to restart.
-    first = run_role(venv)
-    assert first.rc == 0, first.out
-    assert first.restarted
-    assert {rel: p.read_bytes() for rel, p in files.items()} == patched
-    data = json.loads(manifest.read_text())
-    assert [p["name"] for p in data["patches"]] == [
-        "sglang-0.5.9/0001-strict-sglang-enable-spec-v2.patch",
-        "sglang-0.5.9/0002-spec-v2-skip-drafting-at-running-requests.patch",
-    ]
-    assert (venv.state / "patches" / "sglang-0.5.9" / "0001-strict-sglang-enable-spec-v2.patch").is_file()
-    pyc = files["sglang/srt/environ.py"].parent / "__pycache__" / f"environ.{sys.implementation.cache_tag}.pyc"
-    assert pyc.is_file()
-
-    # Second run: nothing changes, no restart.
-    again = run_role(venv)
-    assert again.rc == 0 and again.changed == 0 and not again.restarted, again.out
-
-    # A hand edit is restored (and restarts the service).
-    target = files[WORKER]
-    target.write_bytes(target.read_bytes() + b"# edited by hand\n")
-    repaired = run_role(venv)
-    assert repaired.rc == 0 and repaired.restarted, repaired.out
-    assert target.read_bytes() == patched[WORKER]
-
-    # state absent: pristine bytes (RECORD), no manifest, no copied sets.
-    removed = run_role(venv, sglang_patches_state="absent")
-    assert removed.rc == 0 and removed.restarted, removed.out
-    assert {rel: _sha(p) for rel, p in files.items()} == pristine_hashes
-    assert not manifest.exists() and not (venv.state / "patches" / "sglang-0.5.9").exists()
-
-    # An operator's own set, given as a controller directory named <package>-<version>
-    # (no set.yml), here holding only patch 0002.
-    own = venv.root / "operator" / "sglang-0.5.9"
-    own.mkdir(parents=True)
-    shutil.copy(SET_DIR / "0002-spec-v2-skip-drafting-at-running-requests.patch", own)
-    mine = run_role(venv, sglang_patches_sets=[str(own)])
-    assert mine.rc == 0 and mine.restarted, mine.out
-    assert files[WORKER].read_bytes() == patched[WORKER]
-    assert _sha(files["sglang/srt/environ.py"]) == pristine_hashes["sglang/srt/environ.py"]
-
-    # No set left: every patch goes.
-    none = run_role(venv, sglang_patches_sets=[])
-    assert none.rc == 0 and none.restarted, none.out
-    assert {rel: _sha(p) for rel, p in files.items()} == pristine_hashes and not manifest.exists()

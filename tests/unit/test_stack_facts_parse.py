@@ -1,5 +1,7 @@
 """sglang_stack_facts: its parsers on real captures, its probe and main() for real, and the expectation check.
 
+main() runs here only against Pythons without torch; its run on the parser venv's CPU torch stack and
+the stack_verify role through ansible are in tests/roles/test_stack_verify_role.py.
 Real captures in tests/fixtures/stack/ (see its README.md): nvidia-smi -q of 8 x RTX PRO 6000 Blackwell
 (driver 595.58.03, CUDA 13.2) and of 1 x H200 (580.159.04, CUDA 13.0), the plain nvidia-smi banner of
 2 x H200, nvcc 13.0.88, and the sglang_stack fact the module returned on a real H200 machine.
@@ -7,7 +9,6 @@ Real captures in tests/fixtures/stack/ (see its README.md): nvidia-smi -q of 8 x
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -156,17 +157,6 @@ def _script(path, text):
     return str(path)
 
 
-@pytest.fixture
-def fake_tools(tmp_path):
-    """nvidia-smi that answers like the test double (no -q, banner of the H200 node), and nvcc of CUDA 13.0.88."""
-    banner = FIXTURES / "h200x2-nvidia-smi.txt"
-    nvidia_smi = _script(tmp_path / "nvidia-smi", "#!/bin/sh\n"
-                         "if [ $# -gt 0 ]; then echo \"Invalid combination of input arguments.\"; exit 2; fi\n"
-                         "cat '%s'\n" % banner)
-    nvcc = _script(tmp_path / "nvcc", "#!/bin/sh\ncat '%s'\n" % (FIXTURES / "h200x2-nvcc-version.txt"))
-    return nvidia_smi, nvcc
-
-
 def run_facts(capsys, **args):
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exit_info:
@@ -174,41 +164,6 @@ def run_facts(capsys, **args):
     result = json.loads(capsys.readouterr().out)
     assert exit_info.value.code == 0, result
     return result
-
-
-def parser_venv_python():
-    helper = _load("server_args_check_helpers", Path(__file__).with_name("test_server_args_check.py"))
-    return helper.ensure_parser_venv()
-
-
-@pytest.fixture(scope="session")
-def cpu_torch_python():
-    return parser_venv_python()
-
-
-def test_module_reads_the_cpu_test_stack_and_reuses_it(capsys, fake_tools, cpu_torch_python):
-    nvidia_smi, nvcc = fake_tools
-    result = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, _ansible_check_mode=True)
-    assert result["changed"] is False and result["reused"] is False
-    stack = result["ansible_facts"]["sglang_stack"]
-    assert stack["driver"] == {"nvidia_smi": nvidia_smi, "source": "nvidia-smi", "driver_version": "580.159.04",
-                               "cuda_version": "13.0", "gpu_count": 2}
-    assert stack["nvcc"] == {"path": nvcc, "release": "13.0", "version": "13.0.88"}
-    assert stack["torch"]["version"] == "2.13.0+cpu" and stack["torch"]["cuda"] is None
-    assert stack["torch"]["cuda_available"] is False and stack["torch"]["device_count"] == 0
-    assert stack["sglang"]["version"] == "0.5.9"
-    assert stack["sglang"]["location"].endswith(os.path.join("site-packages", "sglang"))
-    assert stack["python"]["version"].startswith("3.11.") and stack["python"]["requested"] == cpu_torch_python
-    assert stack["nccl"]["version"] is None and "nccl" in stack["errors"]  # CPU torch has no NCCL
-
-    # Gathered once per run: the same Python, unchanged, is not probed again...
-    again = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stack)
-    assert again["reused"] is True
-    assert again["ansible_facts"]["sglang_stack"] == stack
-    # ...but a changed fingerprint (an install since) is.
-    stale = dict(stack, fingerprint="0" * 64, torch=dict(stack["torch"], version="stale"))
-    fresh = run_facts(capsys, python=cpu_torch_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stale)
-    assert fresh["reused"] is False and fresh["ansible_facts"]["sglang_stack"]["torch"]["version"] == "2.13.0+cpu"
 
 
 def test_module_without_nvidia_smi_nvcc_or_python_reports_nulls(capsys, tmp_path):
@@ -385,146 +340,3 @@ def test_null_or_empty_skips(value):
 def test_string_numbers_from_templating_are_accepted():
     # "{{ sglang_server_args.tp_size }}" may arrive as "8"; cuda_available as "true".
     assert mismatches(stack_of(), {"device_count": "8", "cuda_available": "true"}) == []
-
-
-# --------------------------------------------------------------------------- the stack_verify role, for real
-
-ROLE_PLAYBOOK = """\
-- name: stack_verify against CPU torch and the nvidia-smi double
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: First stack_verify of the run
-      ansible.builtin.include_role:
-        name: stack_verify
-    - name: Second stack_verify of the run (after an install, say)
-      ansible.builtin.include_role:
-        name: stack_verify
-    - name: Later roles see the facts
-      ansible.builtin.debug:
-        msg: "torch={{ sglang_stack.torch.version }} sglang={{ sglang_stack.sglang.version }}"
-"""
-
-# What inventory/testnode sets for a node with CPU torch 2.13.0, no GPU, and the nvidia-smi double's
-# rtx-pro-6000-8x capture (whose banner has a driver version but no "CUDA Version").
-TEST_NODE_EXPECTATIONS = {
-    "stack_verify_expected_driver_cuda_min": None,
-    "stack_verify_expected_torch_version": "2.13.0",
-    "stack_verify_expected_torch_cuda": None,
-    "stack_verify_expected_cuda_available": False,
-    "stack_verify_expected_device_count": 0,
-    "stack_verify_expected_compute_capability_min": None,
-    "stack_verify_expected_nvcc_release": None,
-}
-DOUBLE_BIN = REPO / "tests" / "double" / "bin"
-
-
-@pytest.fixture(name="role_run", scope="module")
-def fixture_role_run(tmp_path_factory, cpu_torch_python):
-    import tempfile
-
-    import ansible_runner
-    import yaml
-
-    tmp_path = tmp_path_factory.mktemp("stack_verify")
-    playbook = tmp_path / "stack_verify.yml"
-    playbook.write_text(ROLE_PLAYBOOK, encoding="utf-8")
-    hosts = {
-        "test-node": dict(TEST_NODE_EXPECTATIONS, stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-rtx-pro-6000-8x")),
-        "canonical-on-cpu": {"stack_verify_nvidia_smi": str(DOUBLE_BIN / "nvidia-smi-h200-2x-nvlink"),
-                             "stack_verify_nvcc": str(tmp_path / "no-nvcc")},
-        "driver-down": dict(TEST_NODE_EXPECTATIONS, stack_verify_expected_driver_cuda_min="13.0",
-                            stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-driver-down")),
-        "no-python": dict(TEST_NODE_EXPECTATIONS, stack_verify_python=str(tmp_path / "venv" / "bin" / "python"),
-                          stack_verify_nvidia_smi=str(DOUBLE_BIN / "nvidia-smi-h200-2x-nvlink")),
-    }
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"vars": {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "sglang_python": cpu_torch_python,
-        "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 8},
-    }, "hosts": hosts}}), encoding="utf-8")
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-
-    def run(check=False):
-        with tempfile.TemporaryDirectory(prefix="stack-verify-runner-") as private:
-            runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(playbook),
-                                        inventory=str(inventory), envvars=envvars, quiet=True,
-                                        cmdline="--check" if check else None)
-            events = list(runner.events)
-            failed, gathered, later = {}, {}, {}
-            for event in events:
-                data = event.get("event_data", {})
-                host, res = data.get("host"), data.get("res", {})
-                if event.get("event") == "runner_on_failed":
-                    failed[host] = str(res.get("msg", ""))
-                if event.get("event") == "runner_on_ok" and data.get("task", "").startswith("Read driver, CUDA"):
-                    gathered.setdefault(host, []).append(res)
-                if event.get("event") == "runner_on_ok" and data.get("task") == "Later roles see the facts":
-                    later[host] = res["msg"]
-            return {"rc": runner.rc, "stats": runner.stats or {}, "failed": failed, "gathered": gathered,
-                    "later": later, "stdout": runner.stdout.read()}
-
-    return run
-
-
-@pytest.fixture(name="role_outcome", scope="module")
-def fixture_role_outcome(role_run):
-    return role_run()
-
-
-def listed(message):
-    return [line.strip()[2:] for line in message.splitlines()[1:]]
-
-
-def test_role_passes_on_the_test_node_and_gathers_once(role_outcome):
-    assert "test-node" not in role_outcome["failed"], role_outcome["stdout"][-3000:]
-    assert role_outcome["later"]["test-node"] == "torch=2.13.0+cpu sglang=0.5.9"
-    first, second = role_outcome["gathered"]["test-node"]
-    assert first["reused"] is False and second["reused"] is True
-    driver = first["ansible_facts"]["sglang_stack"]["driver"]
-    assert driver["driver_version"] == "595.58.03" and driver["cuda_version"] is None  # the double's banner
-    assert driver["source"] == "nvidia-smi"  # the double answers no -q
-
-
-def test_role_changes_nothing(role_outcome):
-    assert not role_outcome["stats"].get("changed"), role_outcome["stats"]
-
-
-def test_role_fails_once_listing_every_mismatch(role_outcome):
-    message = role_outcome["failed"]["canonical-on-cpu"]
-    assert message.startswith("Stack check failed on canonical-on-cpu: the software stack differs from the "
-                              "inventory's expectations in 5 way(s)")
-    # The driver check passed on the H200 double's banner (CUDA 13.0 >= 13.0); nvcc is absent, so not checked.
-    assert listed(message) == [
-        "stack_verify_expected_torch_version: expected 2.9.1, found 2.13.0+cpu",
-        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, or a +cu130 build), "
-        "found none (torch 2.13.0+cpu is not a CUDA build)",
-        "stack_verify_expected_cuda_available: expected true, found false",
-        "stack_verify_expected_device_count: expected 8 CUDA device(s), found 0",
-        "stack_verify_expected_compute_capability_min: expected every CUDA device >= 12.0, "
-        "found no CUDA device visible to torch",
-    ]
-
-
-def test_role_names_a_driver_that_does_not_answer(role_outcome):
-    (line,) = listed(role_outcome["failed"]["driver-down"])
-    assert line.startswith("stack_verify_expected_driver_cuda_min: expected >= 13.0 (CUDA version the driver "
-                           "supports), found none (nvidia-smi -q: rc=9 NVIDIA-SMI has failed")
-
-
-def test_role_names_a_missing_python(role_outcome):
-    lines = listed(role_outcome["failed"]["no-python"])
-    assert "stack_verify_expected_torch_version: expected 2.13.0, found none (%s does not exist)" % (
-        role_outcome["gathered"]["no-python"][0]["ansible_facts"]["sglang_stack"]["python"]["requested"]) in lines
-    assert any(line.startswith("stack_verify_expected_sglang_version: expected 0.5.9, found none") for line in lines)
-
-
-def test_role_in_check_mode_reads_and_judges_the_same(role_run):
-    outcome = role_run(check=True)
-    assert set(outcome["failed"]) == {"canonical-on-cpu", "driver-down", "no-python"}
-    assert outcome["later"]["test-node"] == "torch=2.13.0+cpu sglang=0.5.9"

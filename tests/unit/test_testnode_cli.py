@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+import yaml  # PyYAML: ansible-core's own dependency, always in .venv
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, TESTS_DIR)
@@ -153,7 +154,6 @@ def test_render_inventory():
     assert "tnaaaaaa-2:" in text and 'ansible_host: "10.213.0.6"' in text
     assert 'ansible_ssh_private_key_file: "/state dir/id_ed25519"' in text
     assert "StrictHostKeyChecking=no" in text
-    yaml = pytest.importorskip("yaml")
     inv = yaml.safe_load(text)
     hosts = inv["all"]["children"]["sglang_nodes"]["hosts"]
     assert hosts["tnaaaaaa-1"] == {
@@ -168,7 +168,6 @@ def test_render_inventory():
 
 def test_render_inventory_empty_is_valid():
     text = util.render_inventory([], "/k")
-    yaml = pytest.importorskip("yaml")
     assert yaml.safe_load(text)["all"]["children"]["sglang_nodes"]["hosts"] == {}
 
 

@@ -1,0 +1,89 @@
+"""library/sglang_server_args_check.py and module_utils/sglang_args_probe.py: the parts that need no SGLang.
+
+The module's runs through SGLang 0.5.9's own ServerArgs (in the parser venv) are in
+tests/roles/test_server_args_check.py; here are the probe's pure helpers and the module's
+answer when the interpreter is missing.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The module imports its probe as ansible.module_utils.sglang_args_probe (ansible.cfg's module_utils
+# path at run time); make that name resolve to the repository's file here.
+probe = _load("ansible.module_utils.sglang_args_probe", REPO / "module_utils" / "sglang_args_probe.py")
+sys.modules["ansible.module_utils.sglang_args_probe"] = probe
+check_module = _load("sglang_server_args_check_under_test", REPO / "library" / "sglang_server_args_check.py")
+
+
+def test_missing_python_fails_clearly(capsys, tmp_path):
+    args = {"python": str(tmp_path / "venv" / "bin" / "python"), "argv": ["--model-path", str(tmp_path)],
+            "environment": {"SGLANG_ENABLE_SPEC_V2": "1"}}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            check_module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exit_info.value.code == 1 and result["failed"] is True
+    assert "does not exist or is not executable" in result["msg"]
+
+
+# --------------------------------------------------------------------------- pure helpers of the probe
+
+def test_probe_environment_is_exactly_the_units_plus_path_home_lang(monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")  # the controller's own: must not leak
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = check_module.probe_environment({"NCCL_PROTO": "LL", "SGLANG_X": 3})
+    assert env["PATH"] == "/usr/bin:/bin"
+    assert env["NCCL_PROTO"] == "LL" and env["SGLANG_X"] == "3"
+    assert "SGLANG_ENABLE_SPEC_V2" not in env and "CUDA_VISIBLE_DEVICES" not in env
+    assert set(env) <= {"PATH", "HOME", "LANG", "TMPDIR", "NCCL_PROTO", "SGLANG_X"}
+
+
+def test_probe_source_is_shipped_from_module_utils():
+    source = check_module.probe_source()
+    assert source == (REPO / "module_utils" / "sglang_args_probe.py").read_text()
+    compile(source, "probe", "exec")
+
+
+@pytest.mark.parametrize("resolved, gpus, explanation", [
+    ({"tp_size": 8}, 8, "tp_size 8 = 8 GPU(s) per node"),
+    ({"tp_size": 4, "pp_size": 2}, 8, "tp_size 4 x pp_size 2 = 8 GPU(s) per node"),
+    ({"tp_size": 2, "dp_size": 4}, 8, "tp_size 2 x dp_size 4 = 8 GPU(s) per node"),
+    ({"tp_size": 8, "dp_size": 8, "enable_dp_attention": True}, 8,
+     "tp_size 8 x dp_size 8 (dp attention: inside tp) = 8 GPU(s) per node"),
+    ({"tp_size": 16, "nnodes": 2}, 8, "tp_size 16 over 2 nodes = 8 GPU(s) per node"),
+    ({"tp_size": 2, "base_gpu_id": 6}, 8, "tp_size 2, GPU ids from 6 step 1 = 2 GPU(s) per node"),
+    ({"tp_size": 2, "base_gpu_id": 7}, 9, "tp_size 2, GPU ids from 7 step 1 = 2 GPU(s) per node"),
+])
+def test_gpus_needed(resolved, gpus, explanation):
+    assert probe.gpus_needed(resolved) == (gpus, explanation)
+
+
+@pytest.mark.parametrize("message, argv, flag, rest", [
+    ("argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'",
+     ["--tp-size", "8", "--tp-size", "eight", "--port", "1"], "--tp-size eight", ["--tp-size", "8", "--port", "1"]),
+    ("argument --mem-fraction-static: invalid float value: 'x'",
+     ["--mem-fraction-static=x", "--port", "1"], "--mem-fraction-static x", ["--port", "1"]),
+    ("argument --port: expected one argument", ["--host", "h", "--port"], "--port", ["--host", "h"]),
+    ("unrecognized arguments: --foo 1", ["--foo", "1"], "--foo 1", None),
+    ("the following arguments are required: --model-path/--model", [], "--model-path/--model", None),
+])
+def test_describe_parse_error(message, argv, flag, rest):
+    error, remaining = probe.describe_parse_error(message, argv)
+    assert error["stage"] == "parse" and error["flag"] == flag and message in error["message"]
+    assert remaining == rest
