@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Benchmark: how long converging, re-running and drift-scanning take, against a floor.
+
+Makes its own test nodes (tests/testnode, state under .cache/bench-testnodes), measures
+and prints a table, and writes it with the machine, date and command to
+benchmarks/results/converge_speed.md (and .json):
+
+- first converge of a fresh node (the node is reset between runs);
+- T_noop: a re-run of site.yml on the converged node (must report zero changes);
+- drift scan: playbooks/drift.yml on the converged node;
+- T_floor: a playbook with as many tasks as the no-op run executed on the node, each the
+  trivial ping module, over the same connection and ansible.cfg;
+- T_noop for 1, 2 and 4 nodes (a 4-node fleet, --limit to the first k);
+- per-task times of a no-op run (from ansible-runner's event timestamps), whether a no-op
+  ran pip, and how many times per node it imported torch.
+
+Targets (from issue 10): T_noop / T_floor <= 1.5; T_noop(4) / T_noop(1) <= 1.6; a no-op
+never runs pip and imports torch at most once per node.
+
+Usage: .venv/bin/python benchmarks/converge_speed.py [--runs 3] [--first-runs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position
+from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-position
+
+STATE = REPO / ".cache" / "bench-testnodes"
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def timed(playbook, inventory, **kwargs):
+    start = time.monotonic()
+    result = run_playbook(playbook, inventory, **kwargs)
+    return time.monotonic() - start, result
+
+
+def summary(samples):
+    return {"min": min(samples), "median": statistics.median(samples), "runs": len(samples), "samples": samples}
+
+
+def executed_tasks(result, host):
+    """Task results on host that ran something (ok or changed; skipped ones cost no round trip)."""
+    return sum(1 for e in result.events
+               if e["event"] in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("host") == host)
+
+
+def task_times(result):
+    starts, times = {}, []
+    for event in result.events:
+        data = event.get("event_data", {})
+        key = (data.get("task_uuid"), data.get("host"))
+        stamp = datetime.datetime.fromisoformat(event["created"])
+        if event["event"] == "runner_on_start":
+            starts[key] = stamp
+        elif event["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed") and key in starts:
+            times.append(((stamp - starts[key]).total_seconds(), data.get("task")))
+    return sorted(times, reverse=True)
+
+
+def pip_runs(result):
+    """Task results of a run that invoked pip (module pip, or a command line with pip install)."""
+    hits = []
+    for event in result.events:
+        if event["event"] not in ("runner_on_ok", "runner_on_failed"):
+            continue
+        data = event["event_data"]
+        args = json.dumps(data.get("res", {}).get("invocation", {}))
+        if data.get("task_action", "").endswith("pip") or "pip install" in args:
+            hits.append(data.get("task"))
+    return hits
+
+
+def torch_imports(result, host):
+    """Probes that import torch on the node: the stack probe when not reused, the flag check when it ran."""
+    count = 0
+    for event in result.events:
+        data = event.get("event_data", {})
+        if event["event"] != "runner_on_ok" or data.get("host") != host:
+            continue
+        action, res = data.get("task_action", ""), data.get("res", {})
+        if action.endswith("sglang_stack_facts") and not res.get("reused", False):
+            count += 1
+        if action.endswith("sglang_server_args_check"):
+            count += 1
+    return count
+
+
+def floor_playbook(tasks, directory):
+    plays = [{"name": "Floor: trivial tasks over the same connection", "hosts": "sglang_nodes",
+              "gather_facts": False,
+              "tasks": [{"name": f"Trivial task {i}", "ansible.builtin.ping": {}} for i in range(tasks)]}]
+    path = Path(directory) / "floor.yml"
+    path.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return path
+
+
+def must(result, what, zero_changes=False):
+    if result.rc != 0:
+        sys.exit(f"{what} failed (rc {result.rc}):\n{result.stdout[-4000:]}")
+    if zero_changes and result.changed != 0:
+        sys.exit(f"{what} changed {result.changed} tasks: {result.changed_tasks()}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs of each no-op, scan and floor measurement")
+    parser.add_argument("--first-runs", type=int, default=2, help="fresh-node converges to time")
+    args = parser.parse_args()
+    out = {}
+
+    single = NodeSet(STATE / "single")
+    single.down()
+    single.up(1)
+    node = single.nodes()[0]
+    try:
+        firsts = []
+        for run in range(args.first_runs):
+            if run:
+                node.reset()
+            seconds, result = timed("site.yml", single.inventory)
+            must(result, "first converge")
+            firsts.append(seconds)
+        out["first_converge"] = summary(firsts)
+
+        noops, last_noop = [], None
+        for _ in range(args.runs):
+            seconds, last_noop = timed("site.yml", single.inventory)
+            must(last_noop, "no-op re-run", zero_changes=True)
+            noops.append(seconds)
+        out["noop_1"] = summary(noops)
+
+        scans = []
+        for _ in range(args.runs):
+            seconds, result = timed("playbooks/drift.yml", single.inventory)
+            must(result, "drift scan")
+            scans.append(seconds)
+        out["drift_scan"] = summary(scans)
+
+        tasks = executed_tasks(last_noop, node.name)
+        with tempfile.TemporaryDirectory(dir=REPO / ".cache") as tmp:
+            playbook = floor_playbook(tasks, tmp)
+            floors = []
+            for _ in range(args.runs):
+                seconds, result = timed(os.path.relpath(playbook, REPO), single.inventory)
+                must(result, "floor")
+                floors.append(seconds)
+        out["floor"] = summary(floors)
+        out["floor_tasks"] = tasks
+        out["noop_task_times"] = task_times(last_noop)[:12]
+        out["noop_pip_runs"] = pip_runs(last_noop)
+        out["noop_torch_imports_per_node"] = torch_imports(last_noop, node.name)
+    finally:
+        single.down()
+
+    fleet = NodeSet(STATE / "fleet")
+    fleet.down()
+    nodes = fleet.up(4)
+    try:
+        result = run_playbook("site.yml", fleet.inventory)
+        must(result, "fleet converge")
+        for count in (1, 2, 4):
+            limit = ",".join(n.name for n in nodes[:count])
+            samples = []
+            for _ in range(args.runs):
+                seconds, result = timed("site.yml", fleet.inventory, limit=limit)
+                must(result, f"no-op on {count} nodes", zero_changes=True)
+                samples.append(seconds)
+            out[f"noop_fleet_{count}"] = summary(samples)
+    finally:
+        fleet.down()
+
+    report(out, args)
+
+
+def report(out, args):
+    ratio_floor = out["noop_1"]["median"] / out["floor"]["median"]
+    ratio_fleet = out["noop_fleet_4"]["median"] / out["noop_fleet_1"]["median"]
+    rows = [
+        ("first converge (fresh node)", out["first_converge"]),
+        ("T_noop, 1 node (zero changes)", out["noop_1"]),
+        ("drift scan (playbooks/drift.yml)", out["drift_scan"]),
+        (f"T_floor ({out['floor_tasks']} ping tasks)", out["floor"]),
+        ("T_noop, fleet of 4, --limit 1 node", out["noop_fleet_1"]),
+        ("T_noop, fleet of 4, --limit 2 nodes", out["noop_fleet_2"]),
+        ("T_noop, fleet of 4, all 4 nodes", out["noop_fleet_4"]),
+    ]
+    lines = [
+        "# Converge speed",
+        "",
+        f"Measured {datetime.date.today()} on {platform.node()} ({os.cpu_count()} cores, {platform.platform()}),",
+        f"test nodes from tests/testnode, by `.venv/bin/python benchmarks/converge_speed.py --runs {args.runs} "
+        f"--first-runs {args.first_runs}`.",
+        "",
+        "| measurement | min s | median s | runs |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {name} | {s['min']:.1f} | {s['median']:.1f} | {s['runs']} |" for name, s in rows]
+    lines += [
+        "",
+        "| target | value | met |",
+        "| --- | ---: | --- |",
+        f"| T_noop / T_floor <= 1.5 | {ratio_floor:.2f} | {'yes' if ratio_floor <= 1.5 else 'NO'} |",
+        f"| T_noop(4 nodes) / T_noop(1 node) <= 1.6 | {ratio_fleet:.2f} | {'yes' if ratio_fleet <= 1.6 else 'NO'} |",
+        f"| no-op runs no pip | {len(out['noop_pip_runs'])} pip runs | {'yes' if not out['noop_pip_runs'] else 'NO'} |",
+        f"| no-op imports torch at most once per node | {out['noop_torch_imports_per_node']} | "
+        f"{'yes' if out['noop_torch_imports_per_node'] <= 1 else 'NO'} |",
+        "",
+        "Slowest tasks of a no-op run (seconds, from ansible-runner event timestamps):",
+        "",
+        "| s | task |",
+        "| ---: | --- |",
+    ]
+    lines += [f"| {seconds:.2f} | {name} |" for seconds, name in out["noop_task_times"]]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "converge_speed.md").write_text(text)
+    (RESULTS / "converge_speed.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

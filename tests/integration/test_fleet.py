@@ -1,0 +1,108 @@
+"""A fleet of three test nodes: batched rollout gated by health, and a rolling restart.
+
+The middle node is given a configuration whose server never gets healthy: it is rolled
+back, the first node keeps its new configuration, and the third node is not touched.
+"""
+
+import json
+
+import pytest
+import yaml
+
+from ansible_run import run_playbook
+
+NEW_ENVIRONMENT = {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_DOUBLE_WARMUP_SECONDS": "1"}
+
+
+def _main_pid(node):
+    return node.ssh("systemctl show --property=MainPID --value sglang.service").stdout.strip()
+
+
+def _environ(node):
+    pid = _main_pid(node)
+    return node.ssh(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.split()
+
+
+def _healthy(node):
+    code = node.ssh("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health").stdout
+    return code == "200"
+
+
+def _sha(node, path):
+    return node.ssh(f"sha256sum {path}").stdout.split()[0]
+
+
+@pytest.fixture(scope="module")
+def fleet(node_sets):
+    node_set = node_sets("fleet", 3)
+    first = run_playbook("site.yml", node_set.inventory)
+    assert first.rc == 0, first.stdout[-5000:]
+    return node_set
+
+
+def _changes_outside_the_scan(result, host):
+    return [
+        e["event_data"]["task"] for e in result.events
+        if e["event"] == "runner_on_ok" and e["event_data"].get("host") == host
+        and e["event_data"].get("res", {}).get("changed")
+        and not e["event_data"].get("play", "").startswith("Find what would change")
+    ]
+
+
+def _inventory_with_host_vars(node_set, tmp_path, host_vars):
+    inventory = yaml.safe_load(node_set.inventory.read_text())
+    hosts = inventory["all"]["children"]["sglang_nodes"]["hosts"]
+    for name, extra in host_vars.items():
+        hosts[name].update(extra)
+    path = tmp_path / "fleet-inventory.yml"
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def test_checks_run_on_all_nodes_before_any_batch(fleet):
+    result = run_playbook("site.yml", fleet.inventory)
+    assert result.rc == 0 and result.changed == 0, result.changed_tasks()
+    plays = [e["event_data"]["play"] for e in result.events if e["event"] == "playbook_on_play_start"]
+    # one check play, one scan play, then one converge play per batch of one node
+    assert plays[0].startswith("Check every node") and plays[1].startswith("Find what would change")
+    assert plays.count(plays[2]) == 3
+
+
+def test_a_node_failing_its_health_check_stops_the_rollout_after_its_batch(fleet, tmp_path):
+    first, middle, last = fleet.nodes()
+    last_env_sha = _sha(last, "/etc/sglang/sglang.env")
+    last_pid = _main_pid(last)
+    middle_env_sha = _sha(middle, "/etc/sglang/sglang.env")
+    inventory = _inventory_with_host_vars(fleet, tmp_path, {
+        first.name: {"sglang_service_environment": NEW_ENVIRONMENT},
+        middle.name: {"sglang_service_environment": {**NEW_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"},
+                      "sglang_service_health_timeout": 20},
+        last.name: {"sglang_service_environment": NEW_ENVIRONMENT},
+    })
+
+    result = run_playbook("site.yml", inventory)
+
+    assert result.rc != 0
+    assert result.count("failures", middle.name) == 1
+    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages())
+    # the batch before the failure kept its new configuration and serves
+    assert "SGLANG_DOUBLE_WARMUP_SECONDS=1" in _environ(first) and _healthy(first)
+    # the failing node serves again on its old configuration
+    assert _sha(middle, "/etc/sglang/sglang.env") == middle_env_sha
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in _environ(middle) and _healthy(middle)
+    # the batch after the failure was not touched: only the check-mode scan looked at it
+    assert _changes_outside_the_scan(result, last.name) == []
+    assert _sha(last, "/etc/sglang/sglang.env") == last_env_sha and _main_pid(last) == last_pid and _healthy(last)
+
+
+def test_rolling_restart_restarts_every_node_one_at_a_time(fleet):
+    nodes = fleet.nodes()
+    before = {node.name: _main_pid(node) for node in nodes}
+    result = run_playbook("playbooks/rolling_restart.yml", fleet.inventory)
+    assert result.rc == 0, result.stdout[-3000:]
+    batches = [e for e in result.events if e["event"] == "playbook_on_play_start"]
+    assert len(batches) == len(nodes)
+    for node in nodes:
+        assert _main_pid(node) != before[node.name]
+        assert _healthy(node)
+    assert json.loads(nodes[0].ssh("curl -sf http://127.0.0.1:30000/server_info").stdout)["double"] is True
