@@ -125,6 +125,7 @@ def rebased_choice(records):
 
     choice = nccl_choice.choose(rebase_p2p(records))
     choice["table_md"] = nccl_choice.markdown_table(choice)
+    choice["rounds_md"] = nccl_choice.rounds_table(choice)
     choice["baseline_env"] = dict(P2P_OFF)
     choice["note"] = (
         "every run had NCCL_P2P_DISABLE=1 (a stand-in for a node without P2P); the rule's baseline is "
@@ -134,14 +135,15 @@ def rebased_choice(records):
 
 
 def latency_table(records):
-    """{candidate: {size: median us}} of the runs that measured."""
+    """{candidate: {size: median us over its rounds}} of the runs that measured."""
     import nccl_choice
 
-    return {
-        nccl_choice.name_of(r): {int(s): float(v) for s, v in r["us_per_allreduce"].items()}
-        for r in records
-        if "us_per_allreduce" in r
-    }
+    out = {}
+    for name, _, runs in nccl_choice.group_rounds(records):
+        ran = [r for r in runs if "us_per_allreduce" in r]
+        if ran:
+            out[name] = nccl_choice.median_series(ran)
+    return out
 
 
 # --------------------------------------------------------------------------- checks
@@ -267,6 +269,22 @@ def check_stack(checks, stack, report, topo, gpus):
         checks.equal("stack: nvcc release is torch's CUDA", torch_r["cuda"], nvcc["release"])
 
 
+def interleaved_rounds(names):
+    """True for defaults, c1..cn, defaults, c1..cn, ..., defaults: 2+ defaults runs, the same candidates
+    in every round between them."""
+    rounds, current = [], None
+    for name in names:
+        if name == "defaults":
+            if current is not None:
+                rounds.append(current)
+            current = []
+        elif current is None:
+            return False
+        else:
+            current.append(name)
+    return bool(rounds) and current == [] and all(r == rounds[0] and r for r in rounds)
+
+
 def check_nccl(checks, records, choice, gpus, label, settings_all=None):
     if gpus < 2:
         checks.add(
@@ -309,6 +327,14 @@ def check_nccl(checks, records, choice, gpus, label, settings_all=None):
             carrying and all(all(r["env"].get(k) == v for k, v in settings_all.items()) for r in carrying),
             settings_all,
             [r.get("candidate") for r in carrying],
+        )
+    if any("round" in r for r in records):  # tables from before rounds have one run per setting
+        names = [r.get("candidate") for r in sorted(records, key=lambda r: r.get("seq", 0))]
+        checks.add(
+            f"nccl {label}: NCCL's defaults first, between the candidates' rounds and last (2+ rounds)",
+            interleaved_rounds(names),
+            "defaults, candidates, defaults, candidates, ..., defaults",
+            names,
         )
     checks.add(
         f"nccl {label}: a choice was made",
@@ -432,6 +458,9 @@ def summary_text(results, checks, gpus):
         lines.append(f"chosen: {choice.get('chosen')!r} {json.dumps(choice.get('settings'))}")
         lines.append(str(choice.get("decision", choice.get("error", ""))))
         lines += (choice.get("table_md") or "").splitlines()
+        if choice.get("rounds_md"):
+            lines += ["", "every run, in launch order (us per all-reduce):"]
+            lines += choice["rounds_md"].splitlines()
     wrong = os.path.join(results, "wrong-expectation.txt")
     if os.path.exists(wrong):
         with open(wrong, encoding="utf-8") as fh:

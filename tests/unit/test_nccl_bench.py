@@ -1,14 +1,12 @@
 """roles/nccl_tuning/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
 
-The launcher itself (fresh processes, env isolation, timeouts) runs end to end on the CPU with
---backend gloo when torch is importable: by this interpreter, or the one named by $NCCL_BENCH_PYTHON.
+Nothing here imports torch. The launcher's end-to-end run on the CPU (--backend gloo, fresh
+processes, exact environments) is tests/roles/test_nccl_bench_gloo.py.
 """
 
 import importlib.util
 import io
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -121,14 +119,31 @@ def test_bad_arguments_exit_2():
     assert run_main(["--sizes", "abc"], 2)[0] == 2
     assert run_main(["--candidates", '{"x": {"NCCL_NVLS_ENABLE": "1"}}'], 2)[0] == 2
     assert run_main(["--reps", "0"], 2)[0] == 2
+    assert run_main(["--rounds", "0"], 2)[0] == 2
 
 
-def test_each_candidate_runs_after_the_defaults_and_a_choice_follows(tmp_path):
-    calls = []
+def test_run_plan_interleaves_the_defaults_with_every_round():
+    plan = bench.run_plan({"a": {"NCCL_PROTO": "LL"}, "b": {"NCCL_ALGO": "Ring"}}, 2)
+    assert [(r, name) for r, name, _ in plan] == [
+        (1, "defaults"),
+        (1, "a"),
+        (1, "b"),
+        (2, "defaults"),
+        (2, "a"),
+        (2, "b"),
+        (3, "defaults"),
+    ]
+    assert plan[0][2] == {} and plan[1][2] == {"NCCL_PROTO": "LL"}
+    assert bench.build_parser().parse_args([]).rounds == bench.DEFAULT_ROUNDS == 3
+
+
+def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(tmp_path):
+    calls, dirs = [], []
     table = {"defaults": 50.0, "seed-pcie": 40.0, "proto-ll": 60.0}
 
     def fake(name, candidate, sizes, world, args, tmpdir):
         calls.append((name, candidate, sizes, world))
+        dirs.append(tmpdir)
         us = {str(s): table[name] for s in sizes}
         return {
             "candidate": name,
@@ -140,16 +155,37 @@ def test_each_candidate_runs_after_the_defaults_and_a_choice_follows(tmp_path):
         }
 
     out = tmp_path / "t.jsonl"
-    rc, _, err = run_main(["--sizes", "16K,4M", "--out", str(out), "--choice-out", str(tmp_path / "c.json")], 8, fake)
+    argv = ["--sizes", "16K,4M", "--rounds", "2", "--out", str(out), "--choice-out", str(tmp_path / "c.json")]
+    rc, _, err = run_main(argv, 8, fake)
     assert rc == 0, err
-    assert [c[0] for c in calls] == ["defaults", "seed-pcie", "proto-ll"]
+    order = ["defaults", "seed-pcie", "proto-ll", "defaults", "seed-pcie", "proto-ll", "defaults"]
+    assert [c[0] for c in calls] == order
     assert calls[0][1:] == ({}, [16 * KiB, 4 * MiB], 8)
+    assert len(set(dirs)) == len(dirs)  # every run in its own folder: no file of one run reused by the next
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [line.get("candidate") for line in lines[:3]] == ["defaults", "seed-pcie", "proto-ll"]
+    assert [line.get("candidate") for line in lines[:-1]] == order
+    assert [(line["round"], line["seq"]) for line in lines[:-1]] == [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 4),
+        (2, 5),
+        (2, 6),
+        (3, 7),
+    ]
     choice = lines[-1]["choice"]
     assert choice["chosen"] == "seed-pcie" and choice["settings"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    assert choice["defaults_rounds"] == 3 and choice["probe_rounds"] == 2 and choice["rule"] == bench_choice_rule()
     assert "| seed-pcie | 40.0 | 40.0 |" in choice["table_md"]
+    assert "| 7 | defaults | 3 | 50.0 | 50.0 | 50.0 |" in choice["rounds_md"]
     assert json.loads((tmp_path / "c.json").read_text())["chosen"] == "seed-pcie"
+
+
+def bench_choice_rule():
+    spec = importlib.util.spec_from_file_location("nccl_choice_for_bench", FILES / "nccl_choice.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RULE
 
 
 def test_a_failed_defaults_run_stops_the_measurement(tmp_path):
@@ -159,61 +195,9 @@ def test_a_failed_defaults_run_stops_the_measurement(tmp_path):
     rc, out, _ = run_main(["--sizes", "16K"], 2, fail)
     lines = [json.loads(line) for line in out.splitlines()]
     assert rc == 1
-    assert lines[1]["error"] == "not run: the run under NCCL's defaults failed"
+    assert len(lines) == 1 + 3 * 3 + 1  # every planned run is listed, then the choice
+    assert all(line["error"] == "not run: the run under NCCL's defaults failed" for line in lines[1:-1])
     assert "no run under NCCL's defaults" in lines[-1]["choice"]["error"]
-
-
-def _torch_python():
-    candidates = [os.environ.get("NCCL_BENCH_PYTHON"), sys.executable]
-    for python in filter(None, candidates):
-        if subprocess.run([python, "-c", "import torch.distributed"], capture_output=True).returncode == 0:
-            return python
-    return None
-
-
-@pytest.mark.skipif(_torch_python() is None, reason="no interpreter with torch (set NCCL_BENCH_PYTHON)")
-def test_gloo_self_test_runs_fresh_processes_with_exact_environments(tmp_path):
-    out = tmp_path / "t.jsonl"
-    env = dict(os.environ, NCCL_PROTO="Simple", NCCL_DEBUG="INFO")  # inherited: must not reach the runs
-    proc = subprocess.run(
-        [
-            _torch_python(),
-            str(BENCH),
-            "--backend",
-            "gloo",
-            "--nproc",
-            "2",
-            "--sizes",
-            "16K",
-            "--reps",
-            "2",
-            "--iters",
-            "2",
-            "--warmup",
-            "1",
-            "--candidates",
-            '{"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}',
-            "--out",
-            str(out),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    defaults, seed = lines[0], lines[1]
-    assert defaults["env"] == {"NCCL_CONF_FILE": "/dev/null", "NCCL_NVLS_ENABLE": "0"}
-    assert seed["env"] == {
-        "NCCL_ALGO": "Ring",
-        "NCCL_CONF_FILE": "/dev/null",
-        "NCCL_NVLS_ENABLE": "0",
-        "NCCL_PROTO": "LL",
-    }
-    assert defaults["correct"] and seed["correct"] and defaults["world"] == 2
-    assert set(defaults["us_per_allreduce"]) == {"16384"} and defaults["injected_env"] == {}
-    assert "choice" in lines[-1]
 
 
 def test_a_usage_error_leaves_an_earlier_table_alone(tmp_path):

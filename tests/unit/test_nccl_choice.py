@@ -1,4 +1,5 @@
-"""roles/nccl_tuning/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture."""
+"""roles/nccl_tuning/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
+(one run per setting, the format before rounds) and on made-up tables of several rounds."""
 
 import importlib.util
 import json
@@ -57,10 +58,16 @@ def test_decode_sizes_only_still_refuse_the_seed_pair_on_nvlink():
 
 
 def test_a_larger_noise_floor_lets_the_faster_candidate_win():
-    # with a 20% tolerance the 17% loss at 16 KiB is "noise" and the geometric-mean winner is chosen
-    choice = nc.choose(fixture_records(), noise_floor=0.20, sizes=[16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB])
+    # with a 20% tolerance the 17% loss at 16 KiB is "noise" and the geometric-mean winner is chosen,
+    # once one round of the defaults is accepted as enough (the capture has one run per setting)
+    kwargs = dict(noise_floor=0.20, sizes=[16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB])
+    choice = nc.choose(fixture_records(), min_default_rounds=1, **kwargs)
     assert choice["chosen"] == "NCCL_ALGO=Ring NCCL_PROTO=LL"
     assert choice["settings"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
+    # by default, one round of the defaults says nothing about between-run noise: keep them
+    choice = nc.choose(fixture_records(), **kwargs)
+    assert choice["chosen"] == "defaults" and choice["defaults_rounds"] == 1
+    assert "measured in 1 round(s), fewer than 2" in choice["decision"]
 
 
 def rec(name, settings, us, spread=None, **extra):
@@ -71,7 +78,13 @@ def rec(name, settings, us, spread=None, **extra):
     return r
 
 
-BASE = rec("defaults", {}, {16384: 50.0, 4194304: 200.0}, {16384: 1.0, 4194304: 2.0})
+def defaults(*rounds, spread=None):
+    """Rounds of NCCL's defaults, each {size: us}."""
+    return [rec("defaults", {}, us, spread, round=i) for i, us in enumerate(rounds, 1)]
+
+
+# two launches of NCCL's defaults that agree: between-run noise 0, so the 5% floor and spreads rule
+BASE = defaults(*[{16384: 50.0, 4194304: 200.0}] * 2, spread={16384: 1.0, 4194304: 2.0})
 
 
 def test_a_candidate_faster_everywhere_wins():
@@ -81,7 +94,7 @@ def test_a_candidate_faster_everywhere_wins():
         {16384: 40.0, 4194304: 150.0},
         {16384: 1.0, 4194304: 2.0},
     )
-    choice = nc.choose([BASE, fast])
+    choice = nc.choose([*BASE, fast])
     assert choice["chosen"] == "seed-pcie" and choice["settings"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
     assert "faster than NCCL's defaults" in choice["decision"]
 
@@ -89,27 +102,27 @@ def test_a_candidate_faster_everywhere_wins():
 def test_measured_spread_widens_the_tolerance():
     # 10% slower at 16 KiB, but the runs were noisy (spread 2.5 us -> 7.5 us tolerance)
     noisy = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 55.0, 4194304: 120.0}, {16384: 2.5, 4194304: 1.0})
-    assert nc.choose([BASE, noisy])["chosen"] == "ll"
+    assert nc.choose([*BASE, noisy])["chosen"] == "ll"
     quiet = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 55.0, 4194304: 120.0}, {16384: 0.1, 4194304: 1.0})
-    assert nc.choose([BASE, quiet])["chosen"] == "defaults"
+    assert nc.choose([*BASE, quiet])["chosen"] == "defaults"
 
 
 def test_best_geomean_among_eligible_and_min_gain():
     a = rec("a", {"NCCL_PROTO": "LL"}, {16384: 45.0, 4194304: 190.0})
     b = rec("b", {"NCCL_ALGO": "Ring"}, {16384: 48.0, 4194304: 160.0})
     slow_somewhere = rec("c", {"NCCL_ALGO": "Tree"}, {16384: 60.0, 4194304: 100.0})
-    choice = nc.choose([BASE, a, b, slow_somewhere])
+    choice = nc.choose([*BASE, a, b, slow_somewhere])
     assert choice["chosen"] == "b"  # c has the best geomean but is 20% slower at 16 KiB
     tiny = rec("tiny", {"NCCL_PROTO": "LL"}, {16384: 49.5, 4194304: 198.0})
-    assert nc.choose([BASE, tiny])["chosen"] == "defaults"  # 1% is not worth a debugging variable
-    assert nc.choose([BASE, tiny], min_gain=0.0)["chosen"] == "tiny"
+    assert nc.choose([*BASE, tiny])["chosen"] == "defaults"  # 1% is not worth a debugging variable
+    assert nc.choose([*BASE, tiny], min_gain=0.0)["chosen"] == "tiny"
 
 
 def test_wrong_sums_failed_runs_and_missing_sizes_are_never_chosen():
     corrupt = rec("ll128", {"NCCL_PROTO": "LL128"}, {16384: 10.0, 4194304: 50.0}, correct=False)
     failed = {"candidate": "hang", "settings": {"NCCL_ALGO": "Tree"}, "error": "timed out after 300 s"}
     partial = rec("partial", {"NCCL_ALGO": "Ring"}, {16384: 10.0})
-    choice = nc.choose([BASE, corrupt, failed, partial])
+    choice = nc.choose([*BASE, corrupt, failed, partial])
     assert choice["chosen"] == "defaults"
     why = {r["candidate"]: r["why"] for r in choice["candidates"]}
     assert "wrong all-reduce sums" in why["ll128"]
@@ -128,14 +141,129 @@ def test_choice_is_json_and_renders_a_table():
     table = nc.markdown_table(choice)
     assert table.splitlines()[0] == "| candidate | 16 KiB | 256 KiB | 2 MiB | 4 MiB | 64 MiB | geomean | eligible |"
     assert "| defaults | 39.4 | 49.9 | 39.4 | 42.3 | 249.8 |" in table
-    assert "max(3 x spread, 5%)" in choice["rule"]
+    assert choice["rule"] == nc.RULE
+    for words in (
+        "median over its rounds",
+        "noise = max(5%",
+        "3 x within-run spread",
+        "best round x (1 + noise)",
+        "exceeds both 3%",
+        "geometric-mean noise",
+        "at least 2 rounds",
+    ):
+        assert words in choice["rule"]
 
 
 def test_load_records_skips_choice_and_skip_lines():
     lines = [
-        json.dumps(BASE),
+        json.dumps(BASE[0]),
         json.dumps({"choice": {"chosen": "defaults"}}),
         json.dumps({"skipped": "1 GPU"}),
         "garbage {",
     ]
-    assert nc.load_records(lines) == [BASE]
+    assert nc.load_records(lines) == [BASE[0]]
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+SEED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+
+
+def test_rounds_are_grouped_per_setting_and_the_median_is_used():
+    table = [
+        *defaults({16384: 40.0}),
+        rec("seed-pcie", SEED, {16384: 30.0}, round=1),
+        *defaults({16384: 41.0}),
+        rec("seed-pcie", SEED, {16384: 60.0}, round=2),
+        *defaults({16384: 42.0}),
+        rec("seed-pcie", SEED, {16384: 31.0}, round=3),
+    ]
+    groups = nc.group_rounds(table)
+    assert [(name, len(runs)) for name, _, runs in groups] == [("defaults", 3), ("seed-pcie", 3)]
+    choice = nc.choose(table)
+    base, seed = choice["candidates"]
+    assert base["rounds"] == 3 and base["us_per_allreduce"] == {"16384": 41.0} and base["best_us"] == {"16384": 40.0}
+    assert seed["rounds"] == 3 and seed["us_per_allreduce"] == {"16384": 31.0}  # one slow launch out of three
+    assert seed["rounds_us"] == [{"16384": 30.0}, {"16384": 60.0}, {"16384": 31.0}]
+    assert choice["chosen"] == "seed-pcie" and choice["defaults_rounds"] == 3
+    assert [run["candidate"] for run in choice["runs"]] == ["defaults", "seed-pcie"] * 3
+
+
+def test_a_candidate_is_compared_with_the_best_round_of_the_defaults():
+    # defaults launched at 30 and 50 us: median 40, best 30, between-run noise 10/40 = 25% -> limit 37.5 us
+    base = defaults({16384: 30.0}, {16384: 50.0})
+    under_median = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 38.0})
+    choice = nc.choose([*base, under_median])
+    row = choice["candidates"][1]
+    assert choice["candidates"][0]["noise"] == {"16384": 0.25}
+    assert row["limit_us"] == {"16384": 37.5}
+    assert not row["eligible"] and "16384 B: 38.0 us vs 30.0 us (+27%, noise 25%, limit 37.5 us)" in row["why"]
+    assert choice["chosen"] == "defaults"
+    within = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 37.0})
+    assert nc.choose([*base, within])["candidates"][1]["eligible"]
+
+
+def test_the_gain_must_exceed_how_much_the_defaults_move_between_rounds():
+    # the defaults' geometric mean moved 100 -> 80 between launches: noise 10/90 = 11.1%
+    base = defaults({16384: 100.0, 4194304: 100.0}, {16384: 80.0, 4194304: 80.0})
+    ten = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 81.0, 4194304: 81.0})  # 10% under the median
+    choice = nc.choose([*base, ten])
+    assert choice["candidates"][1]["eligible"]  # never slower than the best round beyond noise
+    assert choice["chosen"] == "defaults" and choice["needed_gain"] == pytest.approx(1 / 9)
+    assert (
+        "only 10.0% faster" in choice["decision"] and "11.1% (the defaults' geometric mean moved" in choice["decision"]
+    )
+    fifteen = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 76.5, 4194304: 76.5})
+    choice = nc.choose([*base, fifteen])
+    assert choice["chosen"] == "ll" and "15.0% faster" in choice["decision"]
+
+
+def test_within_run_spread_is_the_median_over_rounds():
+    # one round of the defaults had a wild repetition (spread 60 us); the median over three rounds ignores it
+    base = [rec("defaults", {}, {16384: 50.0}, {16384: s}, round=i) for i, s in enumerate((0.5, 60.0, 0.5), 1)]
+    slow = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 60.0}, {16384: 0.5})
+    row = nc.choose([*base, slow])["candidates"][1]
+    assert row["noise"] == {"16384": 0.05} and not row["eligible"]
+
+
+def test_a_candidate_that_failed_in_one_round_is_not_eligible():
+    table = [
+        *defaults({16384: 50.0}, {16384: 50.0}),
+        rec("ll", {"NCCL_PROTO": "LL"}, {16384: 30.0}, round=1),
+        {"candidate": "ll", "settings": {"NCCL_PROTO": "LL"}, "round": 2, "error": "rank 1 exited with 1"},
+    ]
+    choice = nc.choose(table)
+    row = choice["candidates"][1]
+    assert not row["eligible"] and row["why"] == "did not run in every round: round 2: rank 1 exited with 1"
+    assert row["us_per_allreduce"] == {"16384": 30.0} and choice["chosen"] == "defaults"
+
+
+def test_a_failed_defaults_round_leaves_the_others():
+    table = [
+        *defaults({16384: 50.0}),
+        {"candidate": "defaults", "settings": {}, "round": 2, "error": "timed out after 120 s"},
+        *defaults({16384: 50.0}),
+        rec("ll", {"NCCL_PROTO": "LL"}, {16384: 30.0}),
+    ]
+    choice = nc.choose(table)
+    assert choice["defaults_rounds"] == 2 and "1 more failed" in choice["candidates"][0]["why"]
+    assert choice["chosen"] == "ll"
+
+
+def test_rounds_table_lists_every_run_then_the_best_round_and_noise():
+    table = [
+        rec("defaults", {}, {16384: 30.0}, round=1, seq=1),
+        rec("ll", {"NCCL_PROTO": "LL"}, {16384: 35.0}, round=1, seq=2),
+        rec("defaults", {}, {16384: 50.0}, round=2, seq=3),
+    ]
+    text = nc.rounds_table(nc.choose(table))
+    assert text.splitlines() == [
+        "| run | candidate | round | 16 KiB | geomean |",
+        "| --- | --- | --- | --- | --- |",
+        "| 1 | defaults | 1 | 30.0 | 30.0 |",
+        "| 2 | ll | 1 | 35.0 | 35.0 |",
+        "| 3 | defaults | 2 | 50.0 | 50.0 |",
+        "| | defaults, best round | | 30.0 | |",
+        "| | noise (defaults) | | 25% | 25.0% |",
+    ]

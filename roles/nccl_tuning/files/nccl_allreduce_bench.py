@@ -4,13 +4,18 @@
 Standalone (stdlib + torch), also run by playbooks/nccl_measure.yml:
 
   python3 nccl_allreduce_bench.py --candidates '{"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}}' \
-      --reps 7 --out nccl.jsonl --choice-out choice.json
+      --rounds 3 --reps 7 --out nccl.jsonl --choice-out choice.json
 
 How it measures
   * One process per GPU (world = all visible GPUs, or --nproc), launched here with subprocess (no
     torchrun), rendezvous over tcp://127.0.0.1, torch.distributed with the NCCL backend.
-  * Every candidate, and NCCL's defaults first, runs in fresh processes: NCCL reads its environment
-    once per process, at communicator creation.
+  * Every run is a fresh process group (NCCL reads its environment once per process, at communicator
+    creation), in --rounds rounds, NCCL's defaults before each round and after the last:
+      defaults, cand1, cand2, defaults, cand1, cand2, ..., defaults
+    so NCCL's defaults are measured rounds + 1 times, interleaved with the candidates. Latency moves
+    between launches far more than between repetitions of one launch (41.8 us, then 26.0 us at
+    16 KiB for the defaults, two minutes apart on one H200 pair), and the choice rule needs that
+    between-run noise. A first defaults run that fails stops the measurement.
   * Each process gets exactly the intended NCCL_* variables: inherited NCCL_* are dropped,
     NCCL_CONF_FILE=/dev/null keeps /etc/nccl.conf and ~/.nccl.conf out, and anything a
     sitecustomize.py injects is removed again (and reported as "injected_env").
@@ -20,12 +25,13 @@ How it measures
   * Per size (bf16 tensors): a correctness check (sum of rank+1 over ranks), warm-up all-reduces,
     then --reps repetitions of --iters back-to-back all-reduces timed with CUDA events; a
     repetition's time is the slowest rank's. Reported: median, spread = (max - min) / 2, min, max,
-    in microseconds per all-reduce.
+    in microseconds per all-reduce; times_us holds every repetition.
   * Default sizes are decode-sized: hidden size x batch sizes x 2 bytes (bf16); hidden 8192 and
     batch 1..256 give 16 KiB .. 4 MiB.
 
-Output: one JSON line per run (as in the captured fixture), then one {"choice": ...} line made by
-nccl_choice.choose() (rule in nccl_choice.RULE). Exit codes: 0 measured, 1 a run failed for every
+Output: one JSON line per run, in launch order, with "round" (1..rounds, rounds + 1 for the last
+defaults run) and "seq" (launch order), then one {"choice": ...} line made by nccl_choice.choose()
+(rule in nccl_choice.RULE). Exit codes: 0 measured, 1 a run failed for every
 candidate including the defaults, 2 bad arguments, 3 nothing to measure (fewer than 2 GPUs).
 """
 
@@ -63,6 +69,7 @@ DEFAULT_CANDIDATES = {
     "proto-ll": {"NCCL_PROTO": "LL"},
 }
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_ROUNDS = 3
 
 
 # --------------------------------------------------------------------------- arguments (no torch)
@@ -158,6 +165,12 @@ def build_parser():
         "--candidates", help="JSON object name -> {NCCL_*: value}; default: " + json.dumps(DEFAULT_CANDIDATES)
     )
     p.add_argument("--candidates-file", help="read --candidates JSON from this file")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help=f"rounds of every candidate, NCCL's defaults before each and after the last ({DEFAULT_ROUNDS})",
+    )
     p.add_argument("--reps", type=int, default=7, help="timed repetitions per size (7)")
     p.add_argument("--iters", type=int, default=50, help="all-reduces per repetition (50)")
     p.add_argument("--warmup", type=int, default=20, help="warm-up all-reduces per size (20)")
@@ -168,7 +181,12 @@ def build_parser():
         help="time CUDA-graph replays of the all-reduces (as SGLang's decode does) instead of eager calls",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per run (300)")
-    p.add_argument("--noise-mult", type=float, default=None, help="noise = max(M x spread, floor x default)")
+    p.add_argument(
+        "--noise-mult",
+        type=float,
+        default=None,
+        help="noise = max(floor, spread of the defaults' rounds, M x within-run spread), relative",
+    )
     p.add_argument("--noise-floor", type=float, default=None)
     p.add_argument("--min-gain", type=float, default=None, help="geometric-mean gain needed to leave defaults")
     p.add_argument("--out", help="write JSON lines here (default: stdout)")
@@ -199,7 +217,7 @@ def resolve_args(args):
         candidates = parse_candidates(args.candidates)
     else:
         candidates = dict(DEFAULT_CANDIDATES)
-    for name in ("reps", "iters"):
+    for name in ("rounds", "reps", "iters"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1")
     if args.warmup < 0:
@@ -422,6 +440,7 @@ def run_candidate(name, candidate, sizes, world, args, tmpdir, python=sys.execut
             spread_us=spread,
             min_us=lo,
             max_us=hi,
+            times_us=res["times_us"],
             correct=res["correct"],
             injected_env=res["injected_env"],
             nccl_version=res["nccl_version"],
@@ -498,6 +517,16 @@ def _measure(args, sizes, candidates, gpu_count, runner):
         return _measure_into(args, sizes, candidates, count, runner, out)
 
 
+def run_plan(candidates, rounds):
+    """[(round, name, settings)] in launch order: NCCL's defaults before each round and after the last."""
+    plan = []
+    for round_no in range(1, rounds + 1):
+        plan.append((round_no, "defaults", {}))
+        plan += [(round_no, name, candidate) for name, candidate in candidates.items()]
+    plan.append((rounds + 1, "defaults", {}))
+    return plan
+
+
 def _measure_into(args, sizes, candidates, count, runner, out):
     world = args.nproc or count
     if world < 2:
@@ -516,20 +545,30 @@ def _measure_into(args, sizes, candidates, count, runner, out):
     import nccl_choice
 
     records = []
+    plan = run_plan(candidates, args.rounds)
     with tempfile.TemporaryDirectory(prefix="nccl-bench-") as tmpdir:
-        for name, candidate in [("defaults", {})] + list(candidates.items()):
+        for seq, (round_no, name, candidate) in enumerate(plan, 1):
             if records and records[0].get("error"):
                 record = {
                     "candidate": name,
                     "settings": dict(candidate),
                     "world": world,
+                    "round": round_no,
+                    "seq": seq,
                     "error": "not run: the run under NCCL's defaults failed",
                 }
                 records.append(record)
                 _emit(out, record)
                 continue
-            print(f"nccl_allreduce_bench: {name} {json.dumps(candidate)} on {world} ranks ...", file=sys.stderr)
-            record = runner(name, candidate, sizes, world, args, tmpdir)
+            print(
+                f"nccl_allreduce_bench: [{seq}/{len(plan)}] round {round_no}: {name} {json.dumps(candidate)} "
+                f"on {world} ranks ...",
+                file=sys.stderr,
+            )
+            rundir = os.path.join(tmpdir, f"{seq:02d}")
+            os.mkdir(rundir)
+            record = runner(name, candidate, sizes, world, args, rundir)
+            record.update(round=round_no, seq=seq)
             if record.get("injected_env"):
                 print(
                     f"nccl_allreduce_bench: warning: the interpreter injected {record['injected_env']} "
@@ -551,8 +590,10 @@ def _measure_into(args, sizes, candidates, count, runner, out):
         choice = {"error": str(exc), "chosen": None, "settings": None, "rule": nccl_choice.rule_text(**params)}
     if "error" not in choice:
         choice["table_md"] = nccl_choice.markdown_table(choice)
+        choice["rounds_md"] = nccl_choice.rounds_table(choice)
     choice["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     choice["mode"] = "cuda-graph" if args.cuda_graph else "eager"
+    choice["probe_rounds"] = args.rounds
     _emit(out, {"choice": choice})
     if args.choice_out:
         _write_json(args.choice_out, choice)

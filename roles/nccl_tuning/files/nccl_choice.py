@@ -1,28 +1,47 @@
 """Pick NCCL settings from an all-reduce latency table (stdlib only, no GPU needed).
 
-The table is JSON lines, one per run, as written by nccl_allreduce_bench.py (and as in the
-captured fixture tests/fixtures/nccl/h200x2-nvlink.jsonl):
+The table is JSON lines, one per run (one run = one setting in fresh processes), as written by
+nccl_allreduce_bench.py:
 
-  {"candidate": "seed-pcie", "settings": {"NCCL_PROTO": "LL", ...}, "world": 2,
+  {"candidate": "seed-pcie", "settings": {"NCCL_PROTO": "LL", ...}, "world": 2, "round": 1, "seq": 2,
    "us_per_allreduce": {"16384": 39.4, ...}, "spread_us": {"16384": 0.8, ...}, "correct": true}
 
-Older lines without "candidate"/"settings" (the fixture) are understood too: the settings are then
-the line's "env" minus bookkeeping names (NCCL_VERSION, and the variables every run carries).
+The probe measures in rounds: NCCL's defaults, each candidate, NCCL's defaults, each candidate, ...,
+NCCL's defaults, every run in fresh processes. All runs of one setting are its rounds, in table
+order. Older tables (one run per setting, no "round") are read as one round each. Lines without
+"candidate"/"settings" (tests/fixtures/nccl/h200x2-nvlink.jsonl) are understood too: the settings
+are then the line's "env" minus bookkeeping names (NCCL_VERSION, and the variables every run carries).
 
-The rule (RULE below, stored next to the choice):
-  1. The baseline is the run with no settings: NCCL's own defaults.
-  2. A candidate is eligible only if it ran, gave correct sums, covered every baseline size, and was
-     never slower than the baseline beyond noise at any size, where
-     noise(size) = max(noise_mult x max(spread_candidate, spread_baseline), noise_floor x baseline).
-  3. Among eligible candidates the lowest geometric-mean latency over the sizes wins, but only if it
-     beats the baseline's geometric mean by at least min_gain; otherwise NCCL's defaults are kept
-     (an empty mapping). Ties go to fewer variables, then to the name.
+Why rounds: NCCL's defaults measured 41.8 us at 16 KiB in one run and 26.0 us in the next, two
+minutes later on the same H200 pair (tests/fixtures/gpu-runs/2026-11-29-h200x2{,-run2}), far more
+than the spread of repetitions inside one run. The noise the rule uses is therefore the spread
+between launches of NCCL's defaults, not only the spread within one.
+
+The rule (rule_text() below, stored next to the choice):
+  1. The baseline is NCCL's own defaults (runs with no settings), measured in every round. Per
+     size: median over its rounds, best = its fastest round, and between-round noise =
+     (max - min) / 2 over its rounds, relative to the median.
+  2. Per size, a candidate's latency is the median over its rounds, and
+     noise = max(noise_floor, between-round noise of the defaults,
+                 noise_mult x within-run spread / defaults' median),
+     within-run spread = the larger of the defaults' and the candidate's spread ((max - min) / 2 of
+     the repetitions of one run), each the median over rounds.
+  3. A candidate is eligible only if every round ran, gave correct sums and covered every size,
+     and at every size its latency <= the defaults' best round x (1 + noise): never slower than
+     the most favourable measurement of NCCL's defaults, beyond measured noise.
+  4. Among eligible candidates the lowest geometric-mean latency wins, but only if its gain over
+     the defaults' geometric mean (of the per-size medians) exceeds both min_gain and the
+     geometric-mean noise of the defaults (half the range of the defaults' per-round geometric
+     means, relative to their median), and only if the defaults were measured in at least
+     min_default_rounds rounds (with one, the between-run noise is unknown). Otherwise NCCL's
+     defaults are kept (an empty mapping). Ties go to fewer variables, then to the name.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 
 # Names present in every run's environment (safety and isolation) or pure bookkeeping: never
 # part of what a candidate *is*.
@@ -31,14 +50,20 @@ BOOKKEEPING = frozenset({"NCCL_VERSION", "NCCL_NVLS_ENABLE", "NCCL_CONF_FILE"})
 NOISE_MULT = 3.0
 NOISE_FLOOR = 0.05
 MIN_GAIN = 0.03
+MIN_DEFAULT_ROUNDS = 2
 
 
-def rule_text(noise_mult=NOISE_MULT, noise_floor=NOISE_FLOOR, min_gain=MIN_GAIN):
+def rule_text(noise_mult=NOISE_MULT, noise_floor=NOISE_FLOOR, min_gain=MIN_GAIN, min_default_rounds=MIN_DEFAULT_ROUNDS):
     return (
-        f"lowest geometric-mean latency among candidates that gave correct sums and were never slower "
-        f"than NCCL's defaults by more than max({noise_mult:g} x spread, {noise_floor:.0%}) at any size, "
-        f"and only if at least {min_gain:.0%} faster than the defaults in geometric mean; "
-        f"otherwise NCCL's defaults (no settings)"
+        "each setting's latency per size is the median over its rounds (fresh processes; NCCL's defaults "
+        "run before, between and after the candidates' rounds); per size "
+        f"noise = max({noise_floor:.0%}, half the range of the defaults' rounds / their median, "
+        f"{noise_mult:g} x within-run spread / the defaults' median); a candidate is eligible only if every "
+        "round gave correct sums and at every size its latency <= the defaults' best round x (1 + noise); "
+        "the eligible candidate with the lowest geometric mean is chosen only if its gain over the defaults' "
+        f"geometric mean exceeds both {min_gain:.0%} and the defaults' geometric-mean noise (half the range "
+        f"of their per-round geometric means / their median), with the defaults measured in at least "
+        f"{min_default_rounds} rounds; otherwise NCCL's defaults (no settings)"
     )
 
 
@@ -88,68 +113,144 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def choose(records, noise_mult=NOISE_MULT, noise_floor=NOISE_FLOOR, min_gain=MIN_GAIN, sizes=None):
+def half_range(values):
+    """(max - min) / 2: the spread of a few measurements of one thing."""
+    values = list(values)
+    return (max(values) - min(values)) / 2 if values else 0.0
+
+
+def group_rounds(records):
+    """[(name, settings, [records in table order])], NCCL's defaults first, then in order of appearance.
+
+    Every run with no settings is a round of NCCL's defaults, named as the first of them ("defaults",
+    or "p2p-off" where tests/gpu/gpu_tier_checks.py makes p2p-off the baseline)."""
+    groups = {}
+    for record in records:
+        settings = settings_of(record)
+        key = "" if not settings else name_of(record)
+        if key not in groups:
+            groups[key] = (name_of(record), settings, [])
+        groups[key][2].append(record)
+    ordered = [groups.pop("")] if "" in groups else []
+    return ordered + list(groups.values())
+
+
+def median_series(records, key="us_per_allreduce", sizes=None):
+    """Per size, the median over the records (rounds) of one series; sizes missing in a round are skipped."""
+    series = [_series(r, key) for r in records]
+    sizes = sizes if sizes is not None else sorted({s for one in series for s in one})
+    out = {}
+    for s in sizes:
+        values = [one[s] for one in series if s in one]
+        if values:
+            out[s] = statistics.median(values)
+    return out
+
+
+def _round_label(record, index):
+    return record.get("round", index + 1)
+
+
+def choose(
+    records,
+    noise_mult=NOISE_MULT,
+    noise_floor=NOISE_FLOOR,
+    min_gain=MIN_GAIN,
+    sizes=None,
+    min_default_rounds=MIN_DEFAULT_ROUNDS,
+):
     """The choice and the evidence, as a JSON-ready dict. Raises ValueError without a defaults run."""
-    baseline = next((r for r in records if not settings_of(r) and "error" not in r), None)
-    if baseline is None:
+    groups = group_rounds(records)
+    if not groups or groups[0][1]:
         raise ValueError("no run under NCCL's defaults (a line with no NCCL settings) in the table")
-    base_us = _series(baseline, "us_per_allreduce")
-    base_spread = _series(baseline, "spread_us")
+    base_all = groups[0][2]
+    base_runs = [r for r in base_all if "error" not in r]
+    if not base_runs:
+        raise ValueError("no run under NCCL's defaults (a line with no NCCL settings) in the table")
+    base_rounds = [_series(r, "us_per_allreduce") for r in base_runs]
     if sizes:
-        missing = [s for s in sizes if s not in base_us]
+        missing = sorted({s for s in sizes for one in base_rounds if s not in one})
         if missing:
             raise ValueError(f"sizes {missing} were not measured under NCCL's defaults")
-        base_us = {s: base_us[s] for s in sizes}
-    size_list = sorted(base_us)
-    base_geo = geomean(base_us[s] for s in size_list)
+        size_list = sorted(set(sizes))
+    else:
+        size_list = sorted(set.intersection(*(set(one) for one in base_rounds)))
+    base_med = median_series(base_runs, sizes=size_list)
+    base_best = {s: min(one[s] for one in base_rounds) for s in size_list}
+    between = {s: half_range(one[s] for one in base_rounds) / base_med[s] for s in size_list}
+    base_within = median_series(base_runs, "spread_us", size_list)
+    base_geo = geomean(base_med[s] for s in size_list)
+    round_geos = [geomean(one[s] for s in size_list) for one in base_rounds]
+    geo_noise = half_range(round_geos) / statistics.median(round_geos)
+    needed_gain = max(min_gain, geo_noise)
+
+    def noise_at(s, cand_within):
+        within = max(base_within.get(s, 0.0), cand_within.get(s, 0.0))
+        return max(noise_floor, between[s], noise_mult * within / base_med[s])
 
     rows = [
         {
-            "candidate": name_of(baseline),
+            "candidate": groups[0][0],
             "settings": {},
             "baseline": True,
             "eligible": True,
+            "rounds": len(base_runs),
             "geomean_us": base_geo,
             "vs_defaults": 1.0,
-            "why": "NCCL's defaults (the baseline)",
-            "us_per_allreduce": {str(s): base_us[s] for s in size_list},
+            "why": f"NCCL's defaults (the baseline), measured in {len(base_runs)} round(s)"
+            + (f"; {len(base_all) - len(base_runs)} more failed" if len(base_all) > len(base_runs) else ""),
+            "us_per_allreduce": {str(s): base_med[s] for s in size_list},
+            "best_us": {str(s): base_best[s] for s in size_list},
+            "rounds_us": [{str(s): one[s] for s in size_list} for one in base_rounds],
+            "round_geomeans_us": round_geos,
+            "noise": {str(s): noise_at(s, {}) for s in size_list},
         }
     ]
-    for record in records:
-        if record is baseline:
-            continue
-        row = {"candidate": name_of(record), "settings": settings_of(record), "baseline": False}
+    for name, settings, runs in groups[1:]:
+        row = {"candidate": name, "settings": settings, "baseline": False, "rounds": len(runs)}
         rows.append(row)
-        if "error" in record:
-            row.update(eligible=False, geomean_us=None, vs_defaults=None, why=f"did not run: {record['error']}")
+        ran = [r for r in runs if "error" not in r]
+        failed = [(_round_label(r, i), r["error"]) for i, r in enumerate(runs) if "error" in r]
+        series = [_series(r, "us_per_allreduce") for r in ran]
+        row["rounds_us"] = [{str(s): one[s] for s in size_list if s in one} for one in series]
+        if not ran:
+            errors = sorted({error for _, error in failed})
+            row.update(eligible=False, geomean_us=None, vs_defaults=None, why=f"did not run: {'; '.join(errors)}")
             continue
-        if not row["settings"]:
-            row.update(eligible=False, geomean_us=None, vs_defaults=None, why="another run under NCCL's defaults")
-            continue
-        us = _series(record, "us_per_allreduce")
-        spread = _series(record, "spread_us")
+        us = median_series(ran, sizes=size_list)
         row["us_per_allreduce"] = {str(s): us[s] for s in size_list if s in us}
-        missing = [s for s in size_list if s not in us]
+        missing = sorted({s for s in size_list for one in series if s not in one})
         if missing:
             row.update(eligible=False, geomean_us=None, vs_defaults=None, why=f"not measured at sizes {missing}")
             continue
         geo = geomean(us[s] for s in size_list)
         row.update(geomean_us=geo, vs_defaults=geo / base_geo if base_geo else None)
-        if record.get("correct") is False:
+        if any(r.get("correct") is False for r in ran):
             row.update(eligible=False, why="wrong all-reduce sums (data corruption): never use")
             continue
-        slower = []
-        for s in size_list:
-            tolerance = max(noise_mult * max(spread.get(s, 0.0), base_spread.get(s, 0.0)), noise_floor * base_us[s])
-            if us[s] > base_us[s] + tolerance:
-                slower.append(
-                    f"{s} B: {us[s]:.1f} us vs {base_us[s]:.1f} us (+{us[s] / base_us[s] - 1:.0%}, "
-                    f"noise {tolerance:.1f} us)"
-                )
+        if failed:
+            row.update(
+                eligible=False,
+                why="did not run in every round: " + "; ".join(f"round {k}: {error}" for k, error in failed),
+            )
+            continue
+        cand_within = median_series(ran, "spread_us", size_list)
+        noise = {s: noise_at(s, cand_within) for s in size_list}
+        limit = {s: base_best[s] * (1 + noise[s]) for s in size_list}
+        row.update(noise={str(s): noise[s] for s in size_list}, limit_us={str(s): limit[s] for s in size_list})
+        slower = [
+            f"{s} B: {us[s]:.1f} us vs {base_best[s]:.1f} us (+{us[s] / base_best[s] - 1:.0%}, "
+            f"noise {noise[s]:.0%}, limit {limit[s]:.1f} us)"
+            for s in size_list
+            if us[s] > limit[s]
+        ]
         if slower:
-            row.update(eligible=False, why="slower than NCCL's defaults beyond noise at " + "; ".join(slower))
+            row.update(
+                eligible=False,
+                why="slower than NCCL's defaults (best round) beyond noise at " + "; ".join(slower),
+            )
         else:
-            row.update(eligible=True, why="never slower than NCCL's defaults beyond noise")
+            row.update(eligible=True, why="never slower than NCCL's defaults (best round) beyond noise")
 
     contenders = [r for r in rows if r["eligible"] and not r["baseline"]]
     contenders.sort(key=lambda r: (r["geomean_us"], len(r["settings"]), r["candidate"]))
@@ -158,32 +259,65 @@ def choose(records, noise_mult=NOISE_MULT, noise_floor=NOISE_FLOOR, min_gain=MIN
     if contenders:
         best = contenders[0]
         gain = 1.0 - best["vs_defaults"]
-        if gain >= min_gain:
-            chosen = best
-            decision = f"{best['candidate']!r} is {gain:.1%} faster than NCCL's defaults in geometric mean"
-        elif gain > 0:
-            decision = (
-                f"best eligible candidate {best['candidate']!r} is only {gain:.1%} faster in geometric mean "
-                f"(< {min_gain:.0%}): keep NCCL's defaults"
-            )
-        else:
+        need = (
+            f"{min_gain:.0%} (min_gain)"
+            if min_gain >= geo_noise
+            else f"{geo_noise:.1%} (the defaults' geometric mean moved that much between rounds)"
+        )
+        if gain <= 0:
             decision = (
                 f"best eligible candidate {best['candidate']!r} is {-gain:.1%} slower in geometric mean: "
                 "keep NCCL's defaults"
             )
+        elif gain <= needed_gain:
+            decision = (
+                f"best eligible candidate {best['candidate']!r} is only {gain:.1%} faster in geometric mean, "
+                f"not more than {need}: keep NCCL's defaults"
+            )
+        elif len(base_runs) < min_default_rounds:
+            decision = (
+                f"best eligible candidate {best['candidate']!r} is {gain:.1%} faster in geometric mean, but "
+                f"NCCL's defaults were measured in {len(base_runs)} round(s), fewer than {min_default_rounds}: "
+                "the between-run noise is unknown, keep NCCL's defaults"
+            )
+        else:
+            chosen = best
+            decision = (
+                f"{best['candidate']!r} is {gain:.1%} faster than NCCL's defaults in geometric mean "
+                f"(more than {need})"
+            )
     return {
-        "rule": rule_text(noise_mult, noise_floor, min_gain),
+        "rule": rule_text(noise_mult, noise_floor, min_gain, min_default_rounds),
         "sizes": size_list,
-        "world": baseline.get("world"),
+        "world": base_runs[0].get("world"),
         "chosen": chosen["candidate"] if not chosen["baseline"] else "defaults",
         "settings": dict(chosen["settings"]),
         "decision": decision,
+        "defaults_rounds": len(base_runs),
+        "defaults_geomean_noise": geo_noise,
+        "needed_gain": needed_gain,
         "candidates": rows,
+        "runs": [_run_summary(r, i, size_list) for i, r in enumerate(records)],
     }
 
 
+def _run_summary(record, index, sizes):
+    us = _series(record, "us_per_allreduce")
+    out = {
+        "seq": record.get("seq", index + 1),
+        "candidate": name_of(record),
+        "round": record.get("round"),
+    }
+    if "error" in record:
+        out["error"] = record["error"]
+    else:
+        out["us_per_allreduce"] = {str(s): us[s] for s in sizes if s in us}
+        out["geomean_us"] = geomean(us[s] for s in sizes if s in us)
+    return out
+
+
 def markdown_table(choice):
-    """A small Markdown table of the evidence (median us per size), for production docs."""
+    """A small Markdown table of the evidence (median us per size over rounds), for production docs."""
     sizes = choice["sizes"]
     head = "| candidate | " + " | ".join(_size_label(s) for s in sizes) + " | geomean | eligible |"
     sep = "|" + " --- |" * (len(sizes) + 3)
@@ -195,6 +329,31 @@ def markdown_table(choice):
         lines.append(
             f"| {row['candidate']} | " + " | ".join(cells) + f" | {geo} | {'yes' if row['eligible'] else 'no'} |"
         )
+    return "\n".join(lines)
+
+
+def rounds_table(choice):
+    """Every run in launch order (us per size), then the defaults' best round and per-size noise."""
+    sizes = choice["sizes"]
+    head = "| run | candidate | round | " + " | ".join(_size_label(s) for s in sizes) + " | geomean |"
+    lines = [head, "|" + " --- |" * (len(sizes) + 4)]
+    for run in choice.get("runs") or []:
+        us = run.get("us_per_allreduce") or {}
+        cells = [f"{us[str(s)]:.1f}" if str(s) in us else "-" for s in sizes]
+        geo = f"{run['geomean_us']:.1f}" if run.get("geomean_us") else run.get("error", "-")
+        rnd = "-" if run.get("round") is None else str(run["round"])
+        lines.append(f"| {run['seq']} | {run['candidate']} | {rnd} | " + " | ".join(cells) + f" | {geo} |")
+    base = choice["candidates"][0]
+    best = base.get("best_us") or {}
+    noise = base.get("noise") or {}
+    lines.append(
+        f"| | {base['candidate']}, best round | | " + " | ".join(f"{best[str(s)]:.1f}" for s in sizes) + " | |"
+    )
+    lines.append(
+        f"| | noise ({base['candidate']}) | | "
+        + " | ".join(f"{noise[str(s)]:.0%}" for s in sizes)
+        + f" | {choice.get('defaults_geomean_noise', 0.0):.1%} |"
+    )
     return "\n".join(lines)
 
 
