@@ -13,7 +13,9 @@ SGLang does:
 - /ping: always 200 (liveness);
 - /server_info: the argv it was started with, the ServerArgs as SGLang resolved them, and
   the SGLANG_* / NCCL_* environment it saw, so tests check what the unit really passed;
-- /model_info, /get_model_info, /v1/models: the model path.
+- /model_info, /get_model_info, /v1/models: the model path;
+- POST /generate (streamed as SGLang streams it) and /flush_cache, so the real
+  sglang.bench_serving can drive it (tests/double/double_generate.py).
 
 Knobs for fault tests (environment): SGLANG_DOUBLE_WARMUP_SECONDS (default 2),
 SGLANG_DOUBLE_NEVER_HEALTHY=1 (stays 503 forever: a configuration that fails its
@@ -114,7 +116,11 @@ def main(argv):
     server_args = resolve_server_args(argv)
     double = Double(argv, server_args)
     print(f"sglang server TEST DOUBLE: accepted {' '.join(argv)}; spec_v2={spec_v2_enabled()}", flush=True)
-    httpd = ThreadingHTTPServer((server_args.host, server_args.port), make_handler(double))
+    # POST /generate and /flush_cache for bench_serving (tests/double/double_generate.py)
+    import double_generate  # pylint: disable=import-outside-toplevel
+
+    handler = double_generate.install(make_handler(double), double)
+    httpd = ThreadingHTTPServer((server_args.host, server_args.port), handler)
     httpd.serve_forever()
 
 
