@@ -1,0 +1,162 @@
+"""Drift: each kind of hand-made drift on a converged node is repaired by ONE run of site.yml,
+after which the next run reports zero changes; playbooks/drift.yml finds drift without
+changing anything.
+
+A node of its own ("drift"), converged with nccl_tuning_delivery: sitecustomize (every run
+here passes the same extra vars) so that the NCCL block in sitecustomize.py can drift too.
+"Repaired" means the node's fingerprint (sha256, owner and mode of every file site.yml
+manages, the unit's load/active/enabled state, the service user and who the server runs
+as) equals the one taken right after the first converge, and /health answers 200.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import types
+
+import node_state
+import pytest
+from ansible_run import run_playbook
+
+EXTRA = {"nccl_tuning_delivery": "sitecustomize"}
+NCCL_MARK = "sglang-canon nccl_tuning"
+
+
+def _site(drift, **kwargs):
+    return run_playbook("site.yml", drift.node.inventory, extravars=EXTRA, **kwargs)
+
+
+def _scan(drift):
+    return run_playbook("playbooks/drift.yml", drift.node.inventory, extravars=EXTRA)
+
+
+@pytest.fixture(scope="module")
+def drift(node_sets):
+    node = node_sets("drift").nodes()[0]
+    first = run_playbook("site.yml", node.inventory, extravars=EXTRA)
+    assert first.rc == 0, first.stdout[-6000:]
+    paths = node_state.managed_paths(node)
+    manifest = node_state.ssh(node, f"cat {node_state.MANIFEST}")
+    sitecustomize = [p for p in paths if p.endswith("sitecustomize.py")]
+    assert len(sitecustomize) == 1, paths  # the block lives in exactly one sitecustomize.py
+    assert NCCL_MARK in node_state.ssh(node, f"cat {sitecustomize[0]}")
+    baseline = node_state.fingerprint(node, paths)
+    assert baseline["unit"]["ActiveState"] == "active" and baseline["enabled"] == "enabled"
+    assert baseline["process_runs_as"] == ["sglang", "sglang"]
+    return types.SimpleNamespace(
+        node=node,
+        paths=paths,
+        baseline=baseline,
+        sitecustomize=sitecustomize[0],
+        manifest=json.loads(manifest),
+    )
+
+
+def _patched_file(drift, rel="sglang/srt/environ.py"):
+    return f"{drift.manifest['site_packages']}/{rel}", f"{drift.manifest['pristine_dir']}/{rel}"
+
+
+# kind -> the shell command (given the drift fixture) that makes that drift on the node
+DRIFTS = {
+    "unit-edited": lambda d: (
+        f"sed -i 's/^RestartSec=.*/RestartSec=1/' {node_state.UNIT} && grep -qx RestartSec=1 {node_state.UNIT}"
+        " && systemctl daemon-reload"
+    ),
+    "env-file-edited": lambda d: (
+        f"sed -i 's/^SGLANG_ENABLE_SPEC_V2=.*/SGLANG_ENABLE_SPEC_V2=\"0\"/' {node_state.ENV_FILE}"
+        f" && grep -qx 'SGLANG_ENABLE_SPEC_V2=\"0\"' {node_state.ENV_FILE}"
+    ),
+    "env-file-deleted": lambda d: f"rm {node_state.ENV_FILE}",
+    "service-stopped": lambda d: "systemctl stop sglang.service",
+    "service-disabled": lambda d: "systemctl disable sglang.service",
+    # `systemctl mask` refuses while the unit lives in /etc/systemd/system; an operator then
+    # does by hand what mask does: the unit becomes a link to /dev/null (LoadState=masked).
+    "service-masked": lambda d: (
+        f"systemctl stop sglang.service && ln -sfn /dev/null {node_state.UNIT} && systemctl daemon-reload"
+        ' && test "$(systemctl show --property=LoadState --value sglang.service)" = masked'
+    ),
+    # the pristine file SGLang shipped, copied back over the patched one
+    "patched-file-reverted": lambda d: "cp {1} {0} && cmp -s {1} {0}".format(*map(shlex.quote, _patched_file(d))),
+    "patch-manifest-deleted": lambda d: f"rm {node_state.MANIFEST}",
+    "nccl-block-removed-from-sitecustomize": lambda d: (
+        f"sed -i '/# BEGIN {NCCL_MARK}/,/# END {NCCL_MARK}/d' {shlex.quote(d.sitecustomize)}"
+        f" && ! grep -q '{NCCL_MARK}' {shlex.quote(d.sitecustomize)}"
+    ),
+    # the server's user could then rewrite its own environment
+    "env-file-owner-changed": lambda d: f"chown sglang:sglang {node_state.ENV_FILE}",
+    "secrets-file-mode-changed": lambda d: f"chmod 0644 {node_state.SECRETS_FILE}",
+    # -f: the server keeps running under the uid whose account is gone
+    "service-user-deleted": lambda d: "userdel -f sglang && ! getent passwd sglang",
+}
+
+
+def _apply(drift, kind):
+    before = node_state.fingerprint(drift.node, drift.paths)
+    assert not node_state.differences(drift.baseline, before), "the node is not converged before the drift"
+    node_state.ssh(drift.node, DRIFTS[kind](drift))
+    drifted = node_state.fingerprint(drift.node, drift.paths)
+    assert node_state.differences(drift.baseline, drifted), f"{kind} changed nothing the test can see"
+    return drifted
+
+
+def test_drift_scan_passes_on_a_converged_node(drift):
+    scan = _scan(drift)
+    assert scan.rc == 0, node_state.failure_messages(scan) or scan.stdout[-4000:]
+    assert scan.changed == 0, scan.changed_tasks()
+    assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
+
+
+def test_drift_scan_lists_each_drifted_item_and_changes_nothing(drift):
+    kinds = [
+        "unit-edited",
+        "env-file-deleted",
+        "secrets-file-mode-changed",
+        "service-stopped",
+        "patched-file-reverted",
+        "nccl-block-removed-from-sitecustomize",
+    ]
+    before = node_state.fingerprint(drift.node, drift.paths)
+    assert not node_state.differences(drift.baseline, before)
+    for kind in kinds:
+        node_state.ssh(drift.node, DRIFTS[kind](drift))
+    drifted = node_state.fingerprint(drift.node, drift.paths)
+
+    scan = _scan(drift)
+    assert scan.rc != 0, "drift.yml exited 0 on a drifted node"
+    report = "\n".join(m for m in node_state.failure_messages(scan) if " drifted: " in m)
+    # one listed item per drift, each naming the task that would repair it
+    for expected_item in (
+        "Write the systemd unit",
+        "Write the server's environment file",
+        "Write the server's secrets file",
+        "Enable the service on boot and start it",
+        "Apply the patch sets to the installed SGLang",
+        "Write the NCCL block into sitecustomize.py",
+    ):
+        assert expected_item in report, f"{expected_item!r} not in the drift report:\n{report}"
+
+    # the scan changed nothing: the edited unit is still edited, the env file still gone, ...
+    after = node_state.fingerprint(drift.node, drift.paths)
+    assert after == drifted, node_state.differences(drifted, after)
+    assert node_state.ssh(drift.node, f"grep -c '^RestartSec=1$' {node_state.UNIT}").strip() == "1"
+
+    repair = _site(drift)
+    assert repair.rc == 0, node_state.failure_messages(repair)
+    assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
+
+
+@pytest.mark.parametrize("kind", list(DRIFTS))
+def test_drift_is_repaired_by_one_run_and_the_next_run_changes_nothing(drift, kind):
+    _apply(drift, kind)
+
+    repair = _site(drift)
+    assert repair.rc == 0, node_state.failure_messages(repair) or repair.stdout[-4000:]
+    assert repair.changed > 0, "site.yml found nothing to repair"
+    repaired = node_state.fingerprint(drift.node, drift.paths)
+    assert not node_state.differences(drift.baseline, repaired), node_state.differences(drift.baseline, repaired)
+    assert node_state.health_code(drift.node) == "200"
+
+    again = _site(drift)
+    assert again.rc == 0, node_state.failure_messages(again)
+    assert again.changed == 0, again.changed_tasks()

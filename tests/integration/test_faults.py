@@ -1,0 +1,141 @@
+"""Faults: the server killed, the node rebooted, a configuration that never gets healthy, an
+Ansible run killed halfway. A node of its own ("faults"); the tests run in file order and
+each leaves the node converged and healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import expected
+import node_state
+import pytest
+from ansible_run import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+BAD_VARIABLE = "SGLANG_DOUBLE_NEVER_HEALTHY"
+
+
+@pytest.fixture(scope="module")
+def node(node_sets):
+    node = node_sets("faults").nodes()[0]
+    first = run_playbook("site.yml", node.inventory)
+    assert first.rc == 0, first.stdout[-6000:]
+    node_state.wait_healthy(node, 60)
+    return node
+
+
+def _unit_property(node, name):
+    return node_state.ssh(node, f"systemctl show --property={name} --value {node_state.SERVICE}").strip()
+
+
+def test_killed_server_is_restarted_by_systemd_and_gets_healthy(node):
+    pid, _ = node_state.wait_healthy(node, 60)
+    restarts = int(_unit_property(node, "NRestarts"))
+
+    node_state.ssh(node, f"kill -KILL {pid}")
+
+    new_pid, waited = node_state.wait_healthy(node, 120, other_than_pid=pid)
+    print(f"healthy again {waited:.1f} s after SIGKILL (pid {pid} -> {new_pid})")
+    assert node.ssh(f"test -d /proc/{pid}").returncode != 0, "the killed process is still there"
+    assert int(_unit_property(node, "NRestarts")) == restarts + 1
+
+
+def test_rebooted_node_serves_again_without_ansible(node):
+    invocation = _unit_property(node, "InvocationID")
+    boot = node_state.ssh(node, "ps -o lstart= -p 1").strip()
+
+    node.reboot()  # tests/testnode reboot: clean poweroff, boot the same rootfs
+
+    assert node_state.ssh(node, "ps -o lstart= -p 1").strip() != boot, "the node did not reboot"
+    _, waited = node_state.wait_healthy(node, 180)
+    print(f"healthy {waited:.1f} s after the node answered SSH again")
+    assert _unit_property(node, "InvocationID") != invocation
+    assert node_state.ssh(node, "systemctl is-enabled sglang.service").strip() == "enabled"
+
+
+def test_configuration_that_never_gets_healthy_is_rolled_back(node):
+    paths = node_state.managed_paths(node)
+    good = node_state.fingerprint(node, paths)
+    good_env = node_state.ssh(node, f"cat {node_state.ENV_FILE}")
+    environment = dict(expected.testnode_vars()["sglang_service_environment"], **{BAD_VARIABLE: "1"})
+    assert environment["SGLANG_ENABLE_SPEC_V2"] == "1"
+
+    bad = run_playbook(
+        "site.yml",
+        node.inventory,
+        extravars={
+            "sglang_service_environment": environment,
+            "sglang_service_health_timeout": 20,
+        },
+    )
+
+    assert bad.rc != 0, "the play succeeded with a server that never gets healthy"
+    said = [m for m in node_state.failure_messages(bad) if "Rolled back" in m]
+    assert said, node_state.failure_messages(bad)
+    assert node_state.ENV_FILE in said[0], said[0]  # names what it restored
+    assert "healthy again" in said[0], said[0]
+    # the old configuration is back, file for file, and serving
+    back = node_state.fingerprint(node, paths)
+    assert not node_state.differences(good, back), node_state.differences(good, back)
+    assert node_state.ssh(node, f"cat {node_state.ENV_FILE}") == good_env
+    pid, _ = node_state.wait_healthy(node, 30)
+    environ = node_state.process_environ(node, pid)
+    assert BAD_VARIABLE not in environ and environ.get("SGLANG_ENABLE_SPEC_V2") == "1", environ
+
+    # the rolled-back configuration is the inventory's: a normal run restarts nothing
+    normal = run_playbook("site.yml", node.inventory)
+    assert normal.rc == 0, node_state.failure_messages(normal)
+    assert node_state.main_pid(node) == pid, normal.changed_tasks()
+
+
+def _start_site_yml(node):
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    command = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(REPO / "inventory" / "testnode"),
+        "-i",
+        str(node.inventory),
+        "site.yml",
+    ]
+    # its own process group, so that the kill takes ansible-playbook and all its workers
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def test_run_killed_halfway_is_finished_by_the_next_run(node):
+    node.reset()  # a fresh node: the run has everything to do
+    assert node.ssh(f"test -e {node_state.ENV_FILE}").returncode != 0
+
+    run = _start_site_yml(node)
+    try:
+        # halfway: sglang_service has just written the environment file, not yet started the server
+        deadline = time.monotonic() + 500
+        while node.ssh(f"test -e {node_state.ENV_FILE}").returncode != 0:
+            assert run.poll() is None, f"site.yml ended (rc {run.returncode}) before sglang_service wrote anything"
+            assert time.monotonic() < deadline, "sglang_service never wrote the environment file"
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    assert node.ssh("systemctl is-active sglang.service").stdout.strip() != "active", "killed too late"
+
+    finish = run_playbook("site.yml", node.inventory)
+    assert finish.rc == 0, node_state.failure_messages(finish) or finish.stdout[-4000:]
+    assert finish.changed > 0
+    node_state.wait_healthy(node, 30)
+
+    again = run_playbook("site.yml", node.inventory)
+    assert again.rc == 0, node_state.failure_messages(again)
+    assert again.changed == 0, again.changed_tasks()
