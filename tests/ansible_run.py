@@ -42,12 +42,16 @@ class PlaybookResult:
         ]
 
     def failure_messages(self):
-        """The msg of every failed task, which tests match against."""
-        return [
-            str(e["event_data"].get("res", {}).get("msg", ""))
-            for e in self.events
-            if e.get("event") == "runner_on_failed"
-        ]
+        """The msg of every failed task, and of each failed item of a failed loop."""
+        messages = []
+        for event in self.events:
+            if event.get("event") != "runner_on_failed":
+                continue
+            res = event["event_data"].get("res", {})
+            messages.append(str(res.get("msg", "")))
+            messages += [str(item.get("msg", "")) for item in res.get("results", []) or []
+                         if isinstance(item, dict) and item.get("failed")]
+        return messages
 
 
 def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, tags=None, limit=None, envvars=None):
