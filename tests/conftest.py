@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,8 +16,9 @@ from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import
 from parser_venv import ensure_parser_venv  # noqa: E402  pylint: disable=wrong-import-position
 from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-position
 
-# Test nodes of the suite live apart from the quickstart's node (.testnodes/).
-STATE_ROOT = REPO / ".cache" / "pytest-testnodes"
+# Test nodes of the suite live apart from the quickstart's node (.testnodes/), one folder per
+# pytest-xdist worker (each worker has its own session, so its own converged node).
+STATE_ROOT = REPO / ".cache" / "pytest-testnodes" / os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 @pytest.fixture(scope="session")
