@@ -59,13 +59,43 @@ def _inventory_with_host_vars(node_set, tmp_path, host_vars):
     return path
 
 
-def test_checks_run_on_all_nodes_before_any_batch(fleet):
+def _plays_with_hosts(result):
+    """(play name, hosts with a task result in it) for each play started, batches included, in order."""
+    plays = []
+    for event in result.events:
+        data = event.get("event_data", {})
+        if event["event"] == "playbook_on_play_start":
+            plays.append((data["play"], set()))
+        elif event["event"].startswith("runner_on_") and data.get("host"):
+            plays[-1][1].add(data["host"])
+    return plays
+
+
+def test_checks_run_on_all_nodes_then_each_drifted_node_converges_in_its_own_batch(fleet):
+    nodes = fleet.nodes()
+    names = {node.name for node in nodes}
+    for node in nodes:
+        node.ssh("echo '# edited by hand' >> /etc/sglang/sglang.env", check=True)
+
+    result = run_playbook("site.yml", fleet.inventory)
+
+    assert result.rc == 0, result.failure_messages()
+    (check, check_hosts), (scan, scan_hosts), *batches = _plays_with_hosts(result)
+    assert check.startswith("Check every node") and check_hosts == names
+    assert scan.startswith("Find what would change") and scan_hosts == names
+    assert [name for name, _ in batches] == [batches[0][0]] * 3 and batches[0][0].startswith("Converge")
+    assert [len(hosts) for _, hosts in batches] == [1, 1, 1]
+    assert set().union(*(hosts for _, hosts in batches)) == names
+    assert all(_healthy(node) for node in nodes)
+
+
+def test_a_converged_fleet_is_checked_and_left_alone(fleet):
+    names = {node.name for node in fleet.nodes()}
     result = run_playbook("site.yml", fleet.inventory)
     assert result.rc == 0 and result.changed == 0, result.changed_tasks()
-    plays = [e["event_data"]["play"] for e in result.events if e["event"] == "playbook_on_play_start"]
-    # one check play, one scan play, then one converge play per batch of one node
-    assert plays[0].startswith("Check every node") and plays[1].startswith("Find what would change")
-    assert plays.count(plays[2]) == 3
+    plays = _plays_with_hosts(result)
+    assert [hosts for _, hosts in plays[:2]] == [names, names]
+    assert [name for name, hosts in plays[2:] if hosts] == []
 
 
 def test_a_node_failing_its_health_check_stops_the_rollout_after_its_batch(fleet, tmp_path):
