@@ -10,7 +10,11 @@ benchmarks/results/converge_speed.md (and .json):
 - drift scan: playbooks/drift.yml on the converged node;
 - T_floor: a playbook with as many tasks as the no-op run executed on the node, each the
   trivial ping module, over the same connection and ansible.cfg;
-- T_noop for 1, 2 and 4 nodes (a 4-node fleet, --limit to the first k);
+- T_noop for 1, 2 and 4 nodes (a 4-node fleet, --limit to the first k), and T_floor for 1 and
+  4 of them: on this bench the nodes are containers sharing the controller's cores, so the
+  floor's own 4-node/1-node ratio shows what the machine allows;
+- CPU seconds of each measurement: the controller (ansible-playbook and its children) and the
+  nodes (their cgroups' cpu.stat), whose sum over the cores bounds a parallel run from below;
 - per-task times of a no-op run (from ansible-runner's event timestamps), whether a no-op
   ran pip, and how many times per node it imported torch.
 
@@ -27,9 +31,9 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,14 +49,46 @@ STATE = REPO / ".cache" / "bench-testnodes"
 RESULTS = REPO / "benchmarks" / "results"
 
 
-def timed(playbook, inventory, **kwargs):
-    start = time.monotonic()
-    result = run_playbook(playbook, inventory, **kwargs)
-    return time.monotonic() - start, result
+def node_cpu_seconds(node_set):
+    """CPU seconds used so far by the node set's containers (cgroup v2 cpu.stat usage_usec)."""
+    records = json.loads((node_set.state_dir / "nodes.json").read_text())
+    total = 0
+    for record in records if isinstance(records, list) else records.values():
+        for cgroup in record.get("cgroups") or []:
+            stat = Path(cgroup) / "cpu.stat"
+            if stat.exists():
+                total += int(stat.read_text().split()[1])
+                break
+    return total / 1e6
+
+
+def controller_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Timed(list):
+    """Wall seconds of each run, with the CPU seconds of the controller and of the nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.controller_cpu, self.node_cpu = [], []
+
+    def run(self, node_set, playbook, **kwargs):
+        cpu0, nodes0, start = controller_cpu_seconds(), node_cpu_seconds(node_set), time.monotonic()
+        result = run_playbook(playbook, node_set.inventory, **kwargs)
+        self.append(time.monotonic() - start)
+        self.controller_cpu.append(controller_cpu_seconds() - cpu0)
+        self.node_cpu.append(node_cpu_seconds(node_set) - nodes0)
+        return result
 
 
 def summary(samples):
-    return {"min": min(samples), "median": statistics.median(samples), "runs": len(samples), "samples": samples}
+    out = {"min": min(samples), "median": statistics.median(samples), "runs": len(samples), "samples": list(samples)}
+    if isinstance(samples, Timed):
+        out["controller_cpu"] = statistics.median(samples.controller_cpu)
+        out["node_cpu"] = statistics.median(samples.node_cpu)
+    return out
 
 
 def executed_tasks(result, host):
@@ -130,37 +166,29 @@ def main():
     single.up(1)
     node = single.nodes()[0]
     try:
-        firsts = []
+        firsts = Timed()
         for run in range(args.first_runs):
             if run:
                 node.reset()
-            seconds, result = timed("site.yml", single.inventory)
-            must(result, "first converge")
-            firsts.append(seconds)
+            must(firsts.run(single, "site.yml"), "first converge")
         out["first_converge"] = summary(firsts)
 
-        noops, last_noop = [], None
+        noops, last_noop = Timed(), None
         for _ in range(args.runs):
-            seconds, last_noop = timed("site.yml", single.inventory)
+            last_noop = noops.run(single, "site.yml")
             must(last_noop, "no-op re-run", zero_changes=True)
-            noops.append(seconds)
         out["noop_1"] = summary(noops)
 
-        scans = []
+        scans = Timed()
         for _ in range(args.runs):
-            seconds, result = timed("playbooks/drift.yml", single.inventory)
-            must(result, "drift scan")
-            scans.append(seconds)
+            must(scans.run(single, "playbooks/drift.yml"), "drift scan")
         out["drift_scan"] = summary(scans)
 
         tasks = executed_tasks(last_noop, node.name)
-        with tempfile.TemporaryDirectory(dir=REPO / ".cache") as tmp:
-            playbook = floor_playbook(tasks, tmp)
-            floors = []
-            for _ in range(args.runs):
-                seconds, result = timed(os.path.relpath(playbook, REPO), single.inventory)
-                must(result, "floor")
-                floors.append(seconds)
+        floor = os.path.relpath(floor_playbook(tasks, STATE), REPO)
+        floors = Timed()
+        for _ in range(args.runs):
+            must(floors.run(single, floor), "floor")
         out["floor"] = summary(floors)
         out["floor_tasks"] = tasks
         out["noop_task_times"] = task_times(last_noop)[:12]
@@ -177,12 +205,16 @@ def main():
         must(result, "fleet converge")
         for count in (1, 2, 4):
             limit = ",".join(n.name for n in nodes[:count])
-            samples = []
+            samples = Timed()
             for _ in range(args.runs):
-                seconds, result = timed("site.yml", fleet.inventory, limit=limit)
-                must(result, f"no-op on {count} nodes", zero_changes=True)
-                samples.append(seconds)
+                must(samples.run(fleet, "site.yml", limit=limit), f"no-op on {count} nodes", zero_changes=True)
             out[f"noop_fleet_{count}"] = summary(samples)
+        for count in (1, 4):
+            limit = ",".join(n.name for n in nodes[:count])
+            samples = Timed()
+            for _ in range(args.runs):
+                must(samples.run(fleet, floor, limit=limit), f"floor on {count} nodes")
+            out[f"floor_fleet_{count}"] = summary(samples)
     finally:
         fleet.down()
 
@@ -192,6 +224,11 @@ def main():
 def report(out, args):
     ratio_floor = out["noop_1"]["median"] / out["floor"]["median"]
     ratio_fleet = out["noop_fleet_4"]["median"] / out["noop_fleet_1"]["median"]
+    ratio_floor_fleet = out["floor_fleet_4"]["median"] / out["floor_fleet_1"]["median"]
+    # All 4 nodes' work shares the controller's cores here: no schedule beats CPU / cores.
+    cores = os.cpu_count()
+    fleet_4 = out["noop_fleet_4"]
+    cpu_bound = (fleet_4["controller_cpu"] + fleet_4["node_cpu"]) / cores / out["noop_fleet_1"]["median"]
     rows = [
         ("first converge (fresh node)", out["first_converge"]),
         ("T_noop, 1 node (zero changes)", out["noop_1"]),
@@ -200,6 +237,8 @@ def report(out, args):
         ("T_noop, fleet of 4, --limit 1 node", out["noop_fleet_1"]),
         ("T_noop, fleet of 4, --limit 2 nodes", out["noop_fleet_2"]),
         ("T_noop, fleet of 4, all 4 nodes", out["noop_fleet_4"]),
+        ("T_floor, fleet of 4, --limit 1 node", out["floor_fleet_1"]),
+        ("T_floor, fleet of 4, all 4 nodes", out["floor_fleet_4"]),
     ]
     lines = [
         "# Converge speed",
@@ -208,16 +247,23 @@ def report(out, args):
         f"test nodes from tests/testnode, by `.venv/bin/python benchmarks/converge_speed.py --runs {args.runs} "
         f"--first-runs {args.first_runs}`.",
         "",
-        "| measurement | min s | median s | runs |",
-        "| --- | ---: | ---: | ---: |",
+        "CPU columns: medians of CPU seconds used by the controller (ansible-playbook and its",
+        "children) and by the test nodes (their cgroups) during the run.",
+        "",
+        "| measurement | min s | median s | runs | controller CPU s | nodes CPU s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    lines += [f"| {name} | {s['min']:.1f} | {s['median']:.1f} | {s['runs']} |" for name, s in rows]
+    lines += [f"| {name} | {s['min']:.1f} | {s['median']:.1f} | {s['runs']} | {s['controller_cpu']:.1f} | "
+              f"{s['node_cpu']:.1f} |" for name, s in rows]
     lines += [
         "",
         "| target | value | met |",
         "| --- | ---: | --- |",
         f"| T_noop / T_floor <= 1.5 | {ratio_floor:.2f} | {'yes' if ratio_floor <= 1.5 else 'NO'} |",
         f"| T_noop(4 nodes) / T_noop(1 node) <= 1.6 | {ratio_fleet:.2f} | {'yes' if ratio_fleet <= 1.6 else 'NO'} |",
+        f"| for reference: T_floor(4 nodes) / T_floor(1 node) | {ratio_floor_fleet:.2f} | |",
+        f"| for reference: lowest possible T_noop(4) / T_noop(1) here, (CPU of the 4-node run / {cores} cores)"
+        f" / T_noop(1) | {cpu_bound:.2f} | |",
         f"| no-op runs no pip | {len(out['noop_pip_runs'])} pip runs | {'yes' if not out['noop_pip_runs'] else 'NO'} |",
         f"| no-op imports torch at most once per node | {out['noop_torch_imports_per_node']} | "
         f"{'yes' if out['noop_torch_imports_per_node'] <= 1 else 'NO'} |",
