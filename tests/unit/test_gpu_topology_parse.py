@@ -457,9 +457,9 @@ def test_blank_affinity_cells_are_unknown_in_their_own_column(shape):
     assert parse.parse_topo_matrix(SHAPES[shape](edited)) == expected
 
 
-def topo_m(gpu_count, link=lambda a, b: "NV18", nic_count=0, legend_entries=None):
+def topo_m(gpu_count, link=lambda a, b: "NV18", nic_count=0):
     """topo -m text in nvidia-smi's own layout (as in the real captures): `link(a, b)` joins GPUs a < b;
-    each NIC hangs off GPU 0's switch; the NIC legend lists the first `legend_entries` NICs."""
+    each NIC hangs off GPU 0's switch and the NIC legend names them all."""
     names = ["GPU%d" % index for index in range(gpu_count)] + ["NIC%d" % index for index in range(nic_count)]
 
     def cell(a, b):
@@ -476,8 +476,7 @@ def topo_m(gpu_count, link=lambda a, b: "NV18", nic_count=0, legend_entries=None
     legend = read(CAPTURES / "h200-2x-nvlink" / "topo-m.txt").split("\n\n", 1)[1]
     lines += ["", legend.rstrip("\n")]
     if nic_count:
-        entries = nic_count if legend_entries is None else legend_entries
-        lines += ["", "NIC Legend:", ""] + ["  NIC%d: mlx5_%d" % (index, index) for index in range(entries)] + [""]
+        lines += ["", "NIC Legend:", ""] + ["  NIC%d: mlx5_%d" % (index, index) for index in range(nic_count)] + [""]
     return "\n".join(lines) + "\n"
 
 
@@ -533,7 +532,7 @@ def test_legend_right_after_the_matrix_without_a_blank_line():
 
 
 def test_single_gpu_with_every_affinity_blank_in_spaces():
-    """A single GPU whose CPU and NUMA affinity nvidia-smi leaves blank (seen on a workstation driver)."""
+    """A single GPU with blank CPU and NUMA affinity: the GPU NUMA ID after them keeps its column."""
     text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t\t\t\tN/A\n"
     expected = {
         "gpus": [
@@ -553,6 +552,8 @@ def test_single_gpu_with_every_affinity_blank_in_spaces():
     assert parse.parse_topo_matrix(text) == parse.parse_topo_matrix(text.expandtabs(8)) == expected
     with_id = text.replace("N/A", "1")
     assert parse.parse_topo_matrix(with_id.expandtabs(8))["gpus"][0]["gpu_numa_id"] == 1
+    # Expanded by 4, this row reads as well with tab stops of 8 (one blank cell): the header's leading
+    # tab, 4 columns wide, says which.
     assert parse.parse_topo_matrix(with_id.expandtabs(4))["gpus"][0]["gpu_numa_id"] == 1
 
 
@@ -562,6 +563,7 @@ def test_single_gpu_with_every_affinity_blank_in_spaces():
 def test_ansi_escapes_are_stripped():
     assert parse.strip_ansi("\t\x1b[4mGPU0\tGPU1\x1b[0m") == "\tGPU0\tGPU1"
     assert parse.strip_ansi("\x1b[1;4mA\x1b[0m\x1b[2KB") == "AB"
+    assert parse.strip_ansi("\x1b]0;title\x07\x1b[4mA\x1b(B\x1b[m\x9b4mB\x9b0m") == "AB"  # OSC, tput sgr0, 8-bit CSI
     raw = read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt")
     assert "\x1b[4m" in raw  # the real capture carries them
     assert parse.parse_topo_matrix(raw) == parse.parse_topo_matrix(parse.strip_ansi(raw))
