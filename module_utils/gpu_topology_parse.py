@@ -166,6 +166,8 @@ def _header_columns(line):
     The header names devices (GPU0 first, then GPUs and NICs, each ending in its number) and
     then the affinity columns, whose names hold spaces; tabs, spaces or both may separate them.
     Rows are never taken for the header: they carry an X on the diagonal, which names no device.
+    A column a newer driver adds after the affinity columns is kept (and not reported) when tabs
+    separate the names; in space-aligned text its words cannot be told from the next name's.
     """
     affinity = list(_AFFINITY_HEADER_RE.finditer(line))
     devices = line[: affinity[0].start()].split() if affinity else line.split()
@@ -173,11 +175,16 @@ def _header_columns(line):
         return None
     if not all(_DEVICE_NAME_RE.match(name) for name in devices):
         return None
-    rest = _AFFINITY_HEADER_RE.sub("", line[affinity[0].start() :]) if affinity else ""
-    if rest.strip():
+    if not affinity:
+        return devices, []
+    trailing = line[affinity[0].start() :]
+    if "\t" in trailing:
+        return devices, [" ".join(name.split()) for name in trailing.split("\t") if name.strip()]
+    unknown = _AFFINITY_HEADER_RE.sub("", trailing).strip()
+    if unknown:
         raise GpuTopologyParseError(
-            "unknown column %r after the affinity columns (expected only %s) in the header %r"
-            % (rest.strip(), ", ".join(_AFFINITY_NAMES), line)
+            "unknown column %r after the affinity columns (expected only %s) in the space-aligned header %r"
+            % (unknown, ", ".join(_AFFINITY_NAMES), line)
         )
     return devices, [" ".join(match.group().split()) for match in affinity]
 

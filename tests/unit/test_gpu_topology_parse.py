@@ -715,9 +715,9 @@ def test_query_errors(text, message):
             "GPU0\t X \t0-31\t0\t7",
         ),
         (
-            "\tGPU0\tCPU Affinity\tNUMA Affinity\tPower\nGPU0\t X \t0-31\t0\t600\n",
-            "unknown column 'Power' after the affinity columns",
-            "\tGPU0\tCPU Affinity\tNUMA Affinity\tPower",
+            "        GPU0    CPU Affinity    NUMA Affinity   Power Limit\nGPU0     X      0-31    0       600\n",
+            "unknown column 'Power Limit' after the affinity columns",
+            "        GPU0    CPU Affinity    NUMA Affinity   Power Limit",
         ),
         (  # a paste that lost a tab in the header ("NIC0NIC1"): one link cell more than the header names
             "\tGPU0\tNIC0NIC1\tCPU Affinity\nGPU0\t X \tPIX\tPIX\t0-31\nNIC0NIC1\tPIX\t X \tPIX\n",
@@ -735,6 +735,13 @@ def test_topo_garbage_is_refused_quoting_the_offending_line(text, message, offen
     with pytest.raises(parse.GpuTopologyParseError, match=re.escape(message)) as refused:
         parse.parse_topo_matrix(text)
     assert repr(offending_line) in str(refused.value)
+
+
+def test_a_column_a_newer_driver_adds_is_read_past():
+    """Tab-separated, a column after the affinity ones is a column like any: the known ones keep their cells."""
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\tPower Limit\nGPU0\t X \t0-31\t1\t\t4\t600\n"
+    gpu = parse.parse_topo_matrix(text)["gpus"][0]
+    assert (gpu["cpu_affinity"], gpu["numa_node"], gpu["gpu_numa_id"]) == ("0-31", 1, 4)
 
 
 def test_space_aligned_matrix_without_affinity_columns():
