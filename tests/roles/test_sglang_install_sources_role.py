@@ -103,7 +103,7 @@ def fixture_world(tmp_path_factory):
             "venv": root / "venv", "wheelhouse": wheelhouse}
 
 
-def run_role(world, sources):
+def run_role(world, sources, wheelhouse=""):
     playbook = world["root"] / "install.yml"
     playbook.write_text(PLAYBOOK, encoding="utf-8")
     inventory = world["root"] / "inventory.yml"
@@ -113,6 +113,7 @@ def run_role(world, sources):
         "sglang_venv": str(world["venv"]),
         "sglang_install_index_url": world["pypi_index"],
         "sglang_install_sources": sources,
+        "sglang_install_wheelhouse": wheelhouse,
         # nothing from this machine's pip configuration (a mirror, a cache) may answer instead
         "sglang_install_environment": {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"},
     }}}}), encoding="utf-8")
@@ -218,3 +219,28 @@ def test_a_source_without_exact_pins_or_a_place_is_refused_before_anything_chang
         "group_vars/all.yml), or install from a sglang_install_wheelhouse.",
     ]
     assert not (tmp_path / "never-made").exists()
+
+
+def test_a_wheelhouse_with_other_builds_too_installs_the_pinned_cu130_builds(world, tmp_path):
+    """An air-gapped node: one directory holds everything, including a build whose label sorts
+    above +cu130 (pip takes the highest version that meets its constraints, and SGLang's own
+    torch==2.9.1 accepts any label), so only the sources' pins can make pip pick +cu130. The
+    sources' index URLs are not given to pip (--no-index)."""
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    build_standin_wheel(wheelhouse, "sglang", "0.5.9",
+                        requires=["torch==2.9.1", "torchaudio==2.9.1", "sgl-kernel==0.3.21"],
+                        files={"sglang/__init__.py": "__version__ = '0.5.9'  # sglang-canon test stand-in\n"})
+    for name, version in (("torch", "2.9.1+rocm6.4"), ("torch", "2.9.1+cu130"), ("torchaudio", "2.9.1+rocm6.4"),
+                          ("torchaudio", "2.9.1+cu130"), ("sgl-kernel", "0.3.21")):
+        build_standin_wheel(wheelhouse, name, version)
+    air_gapped = dict(world, venv=tmp_path / "venv")
+    run = run_role(air_gapped, world["sources"], wheelhouse=str(wheelhouse))
+    assert run["rc"] == 0, run["stdout"][-4000:]
+    command = run["tasks"]["Run pip install"]["cmd"]
+    argv = command[command.index("install"):]
+    assert argv[argv.index("--no-index") + 1:argv.index("--no-index") + 5] == [
+        "--find-links", str(wheelhouse), "--find-links", world["sources"][1]["find_links"]]
+    assert "--index-url" not in argv and "--extra-index-url" not in argv
+    assert installed(air_gapped) == {"sglang": "0.5.9", "torch": "2.9.1+cu130", "torchaudio": "2.9.1+cu130",
+                                     "sgl-kernel": "0.3.21+cu130"}
