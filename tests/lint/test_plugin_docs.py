@@ -1,6 +1,5 @@
 """Every callback and filter plugin of the project has documentation that ansible-doc renders."""
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -10,14 +9,11 @@ FILTER_DIR = REPO / "filter_plugins"
 CALLBACK_DIR = REPO / "callback_plugins"
 
 
-def _filter_names():
+def _filter_names(project_module):
     """Every filter the project's filter plugins define, read from their FilterModule classes."""
     names = []
     for path in sorted(FILTER_DIR.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"filter_plugin_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        names += list(module.FilterModule().filters())
+        names += list(project_module(str(path.relative_to(REPO))).FilterModule().filters())
     return names
 
 
@@ -33,15 +29,15 @@ def _assert_documented(plugin_type, names):
         assert f"> {plugin_type.upper()} {name} (" in done.stdout, f"{plugin_type} {name}: no documentation rendered"
 
 
-def test_every_filter_renders_its_documentation():
-    names = _filter_names()
+def test_every_filter_renders_its_documentation(project_module):
+    names = _filter_names(project_module)
     assert "sglang_argv" in names  # the plugins were found at all
     _assert_documented("filter", names)
 
 
-def test_every_filter_doc_file_belongs_to_a_filter():
+def test_every_filter_doc_file_belongs_to_a_filter(project_module):
     # A doc file left behind by a renamed or removed filter would document nothing.
-    orphans = sorted({p.stem for p in FILTER_DIR.glob("*.yml")} - set(_filter_names()))
+    orphans = sorted({p.stem for p in FILTER_DIR.glob("*.yml")} - set(_filter_names(project_module)))
     assert not orphans, f"filter_plugins/*.yml without a filter of that name: {orphans}"
 
 
