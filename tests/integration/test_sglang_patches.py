@@ -44,7 +44,7 @@ def _ssh(node, command):
 
 
 def _manifest(node, paths):
-    return json.loads(_ssh(node, f"cat {shlex.quote(paths.manifest)}"))
+    return json.loads(node.node.testinfra_host().file(paths.manifest).content_string)
 
 
 def _file(node, paths, rel):
@@ -137,7 +137,7 @@ def test_updated_patch_replaces_the_old_result_never_stacks(node, paths, tmp_pat
     assert run.rc == 0, run.failure_messages()
     actions = {f["path"]: f["action"] for f in _patch_result(run)["files"]}
     assert actions[ENVIRON] == "update" and actions[WORKER] == "ok"
-    source = _ssh(node, f"cat {shlex.quote(_file(node, paths, ENVIRON))}")
+    source = node.node.testinfra_host().file(_file(node, paths, ENVIRON)).content_string
     assert "or leave it unset" in source and "or unset it" not in source
     assert source.count("class EnvStrictBool(EnvBool):") == 1
 
@@ -167,4 +167,4 @@ def test_state_absent_restores_record_bytes_and_removes_the_manifest(node, paths
     run = node.converge(tags=TAGS, extravars={"sglang_patches_state": "absent"})
     assert run.rc == 0, run.failure_messages()
     assert all(disk == record for disk, record in _hashes(node, paths).values())
-    assert node.ssh(f"test -e {shlex.quote(paths.manifest)}").returncode != 0
+    assert not node.node.testinfra_host().file(paths.manifest).exists
