@@ -17,15 +17,8 @@ ENVIRON = "sglang/srt/environ.py"
 WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
 TAGS = ["sglang_patches"]
 
-# Prints "<path> <sha256 hex> <RECORD sha256 hex>" for each path given, via importlib.metadata.
-RECORD_CHECK = (
-    "import base64, hashlib, importlib.metadata as m, sys\n"
-    "d = m.distribution('sglang')\n"
-    "for f in d.files:\n"
-    "    if str(f) in sys.argv[1:]:\n"
-    "        print(f, hashlib.sha256(f.locate().read_bytes()).hexdigest(),"
-    " base64.urlsafe_b64decode(f.hash.value + '==').hex())\n"
-)
+# Prints "<path> <sha256 hex> <RECORD sha256 hex>" for each path given; run on the node with -c.
+RECORD_CHECK = (Path(__file__).resolve().parent / "sglang_record_check.py").read_text()
 
 
 @pytest.fixture(scope="module")
