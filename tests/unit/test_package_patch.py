@@ -1,4 +1,4 @@
-"""The python_package_patch module and its pure logic (module_utils/package_patch.py).
+"""The python_package_patch module and its pure logic (module_utils/unified_diff.py, package_patch.py).
 
 Every test builds a small synthetic package in a temporary site-packages directory, with a
 dist-info whose RECORD holds the real sha256 of each file, and finds it through a real
@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The module imports its helpers as ansible.module_utils.package_patch, as Ansible ships them.
+# The module imports its helpers as ansible.module_utils.NAME, as Ansible ships them.
 import ansible.module_utils  # noqa: E402
 
 if str(REPO / "module_utils") not in ansible.module_utils.__path__:
@@ -146,7 +146,7 @@ def actions(plan):
 
 
 # ----------------------------------------------------------------------------------------
-# Parsing and the strict applier
+# Parsing and the strict applier (unified_diff)
 # ----------------------------------------------------------------------------------------
 
 
