@@ -47,6 +47,8 @@ description:
     and owner; if a write fails, the files already written get their previous bytes back.
   - Before writing, the patched sources are compiled by O(python) (a syntax error fails the task);
     after writing, they are byte-compiled by O(python) so the C(.pyc) files match that interpreter.
+  - What runs under O(python) (finding the package, the compile check, byte-compiling) is the module
+    utility C(package_patch_node), sent to the node with the module and run with C(python -c).
 version_added: "0.1.0"
 author: sglang-canon
 options:
