@@ -1,4 +1,4 @@
-"""Every callback and filter plugin of the project has documentation that ansible-doc renders."""
+"""Every module, callback and filter plugin of the project has documentation that ansible-doc renders."""
 
 import os
 import subprocess
@@ -7,6 +7,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 FILTER_DIR = REPO / "filter_plugins"
 CALLBACK_DIR = REPO / "callback_plugins"
+MODULE_DIR = REPO / "library"
 
 
 def _filter_names(project_module):
@@ -45,3 +46,9 @@ def test_every_callback_renders_its_documentation():
     names = sorted(p.stem for p in CALLBACK_DIR.glob("*.py"))
     assert "sglang_drift" in names
     _assert_documented("callback", names)
+
+
+def test_every_module_renders_its_documentation():
+    names = sorted(p.stem for p in MODULE_DIR.glob("*.py"))
+    assert "python_package_patch" in names
+    _assert_documented("module", names)
