@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
@@ -141,5 +142,5 @@ def test_names_are_grouped_by_name_in_name_order(mismatches, topology):
 @pytest.mark.parametrize("expectations", [{k: v for k, v in CANONICAL.items() if k != "expected_pcie_gen"},
                                           {**CANONICAL, "expected_gpu_cuont": 8}, ["expected_gpu_count"]])
 def test_expectations_must_have_exactly_the_known_keys(mismatches, topology, expectations):
-    with pytest.raises(Exception, match="expectations must have exactly the keys"):
+    with pytest.raises(AnsibleFilterError, match="expectations must have exactly the keys"):
         mismatches(topology("rtx-pro-6000-8x"), expectations)
