@@ -3,7 +3,7 @@ reconfiguration through sglang_service, and production ALWAYS coming back (faile
 refused alternative, an interrupted run repaired by the next benchmark or by site.yml).
 
 The server is the TEST DOUBLE (tests/double/sglang_server_double.py). Most tests point
-benchmark_command at tests/double/bench_serving_double.py (a TEST DOUBLE of the client that
+sglang_benchmark_command at tests/double/bench_serving_double.py (a TEST DOUBLE of the client that
 writes bench_serving's JSONL lines; stdlib only). test_real_bench_serving runs SGLang 0.5.9's own
 `python -m sglang.bench_serving` instead; it needs, on the node, the packages of
 tests/wheelhouse/bench-requirements.txt and the server double's POST /generate
@@ -52,9 +52,9 @@ def node(node_sets):
 def _vars(tmp, **extra):
     variables = {
         # the client double needs only the standard library
-        "benchmark_command": ["/usr/bin/python3", BENCH_DOUBLE],
-        "benchmark_concurrency_levels": [1, 2, 4],
-        "benchmark_artifacts_dir": str(tmp / "artifacts"),
+        "sglang_benchmark_command": ["/usr/bin/python3", BENCH_DOUBLE],
+        "sglang_benchmark_concurrency_levels": [1, 2, 4],
+        "sglang_benchmark_artifacts_dir": str(tmp / "artifacts"),
     }
     variables.update(extra)
     return variables
@@ -87,7 +87,7 @@ def _summary_on_node(node):
 
 
 def test_sweep_production_and_baseline(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_alternatives=["baseline"])
+    result = _benchmark(node, tmp_path, sglang_benchmark_alternatives=["baseline"])
     assert result.rc == 0, result.stdout[-6000:]
     summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())
     assert [c["name"] for c in summary["configurations"]] == ["production", "baseline"]
@@ -121,8 +121,8 @@ def test_site_yml_puts_the_table_into_the_doc_and_is_idempotent(node):
 
 
 def test_failed_runs_are_reported_and_production_restored(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1, 2], benchmark_alternatives=["baseline"],
-                        benchmark_environment={"BENCH_SERVING_DOUBLE_FAIL_WITHOUT_SPECULATION": "1"})
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1, 2], sglang_benchmark_alternatives=["baseline"],
+                        sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_FAIL_WITHOUT_SPECULATION": "1"})
     assert result.rc != 0
     message = " ".join(result.failure_messages())
     assert "2 run(s) without a result" in message
@@ -133,8 +133,8 @@ def test_failed_runs_are_reported_and_production_restored(node, tmp_path):
 
 
 def test_a_run_past_its_timeout_is_killed_and_reported(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1], benchmark_run_timeout=3,
-                        benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP": "60"})
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_run_timeout=3,
+                        sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP": "60"})
     assert result.rc != 0
     assert "production at concurrency 1: bench_serving timed out" in " ".join(result.failure_messages())
     _assert_production_is_back(node)
@@ -143,7 +143,7 @@ def test_a_run_past_its_timeout_is_killed_and_reported(node, tmp_path):
 def test_a_refused_alternative_stops_the_sweep_and_production_comes_back(node, tmp_path):
     refused = {"name": "topk4-spec-v2", "server_args_overrides": {"speculative_eagle_topk": 4,
                                                                   "speculative_num_draft_tokens": 16}}
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1], benchmark_alternatives=[refused])
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_alternatives=[refused])
     assert result.rc != 0
     message = " ".join(result.failure_messages())
     assert "The sweep stopped" in message and "topk = 1" in message
@@ -152,7 +152,7 @@ def test_a_refused_alternative_stops_the_sweep_and_production_comes_back(node, t
 
 def test_bad_alternatives_are_refused_before_anything_changes(node, tmp_path):
     before = _server_info(node)["pid"]
-    result = _benchmark(node, tmp_path, benchmark_alternatives=["no-such-preset"])
+    result = _benchmark(node, tmp_path, sglang_benchmark_alternatives=["no-such-preset"])
     assert result.rc != 0
     assert "must be one of the presets" in result.stdout  # the failed loop item's message
     assert _server_info(node)["pid"] == before
@@ -160,8 +160,8 @@ def test_bad_alternatives_are_refused_before_anything_changes(node, tmp_path):
 
 def _interrupt_during_baseline(node, tmp_path):
     """Start a sweep whose baseline run hangs, kill ansible-playbook once the baseline serves."""
-    extravars = _vars(tmp_path, benchmark_concurrency_levels=[1], benchmark_alternatives=["baseline"],
-                      benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP_WITHOUT_SPECULATION": "600"})
+    extravars = _vars(tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_alternatives=["baseline"],
+                      sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP_WITHOUT_SPECULATION": "600"})
     varfile = tmp_path / "vars.json"
     varfile.write_text(json.dumps(extravars))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -202,7 +202,7 @@ def _interrupt_during_baseline(node, tmp_path):
 
 def test_an_interrupted_run_is_repaired_by_the_next_benchmark(node, tmp_path):
     _interrupt_during_baseline(node, tmp_path)
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[])
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[])
     assert result.rc == 0, result.stdout[-6000:]
     assert "restored (the temporary configuration was baseline)" in result.stdout
     _assert_production_is_back(node)
@@ -249,11 +249,11 @@ def test_real_bench_serving(node, tmp_path):
     for name, content in tiny_tokenizer().items():
         node.ssh(f"mkdir -p /srv/bench-tokenizer && cat > /srv/bench-tokenizer/{name} <<'EOF'\n{content}\nEOF", check=True)
     result = run_playbook("playbooks/benchmark.yml", node.inventory, extravars={
-        "benchmark_concurrency_levels": [1, 4],
-        "benchmark_random_input_len": 64,
-        "benchmark_random_output_len": 32,
-        "benchmark_tokenizer": "/srv/bench-tokenizer",
-        "benchmark_artifacts_dir": str(tmp_path / "artifacts"),
+        "sglang_benchmark_concurrency_levels": [1, 4],
+        "sglang_benchmark_random_input_len": 64,
+        "sglang_benchmark_random_output_len": 32,
+        "sglang_benchmark_tokenizer": "/srv/bench-tokenizer",
+        "sglang_benchmark_artifacts_dir": str(tmp_path / "artifacts"),
     })
     assert result.rc == 0, result.stdout[-6000:]
     summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())

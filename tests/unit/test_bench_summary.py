@@ -221,26 +221,3 @@ def test_summary_round_trips_through_load():
     assert bench.bench_summary_load(json.dumps(summary)) == summary
     assert "error" in bench.bench_summary_load("{")
     assert "error" in bench.bench_summary_load('{"schema": 99, "rows": []}')
-
-
-# --------------------------------------------------------------------------- playbook helpers
-
-def test_env_file_parse_reads_what_sglang_service_writes():
-    # sglang.env.j2 writes NAME="value" with \ and " escaped, after a comment header.
-    text = '# Ansible managed\n# Environment of sglang.service\nA="1"\nB="say \\"hi\\""\nC="back\\\\slash"\n'
-    assert bench.sglang_env_file_parse(text) == {"A": "1", "B": 'say "hi"', "C": "back\\slash"}
-
-
-def test_env_file_parse_refuses_other_shapes():
-    from ansible.errors import AnsibleFilterError
-
-    with pytest.raises(AnsibleFilterError, match="line 1"):
-        bench.sglang_env_file_parse("export A=1\n")
-
-
-def test_combine_overrides_null_removes():
-    base = {"speculative_algorithm": "EAGLE3", "tp_size": 8, "mem_fraction_static": 0.88}
-    merged = bench.combine_overrides(base, {"speculative_algorithm": None, "mem_fraction_static": None, "tp_size": 4})
-    assert merged == {"tp_size": 4}
-    assert base["speculative_algorithm"] == "EAGLE3"  # not modified
-    assert bench.combine_overrides(base, None) == base
