@@ -47,3 +47,59 @@ def test_the_summary_filters_no_longer_carry_the_plan_helpers():
     summary = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(summary)
     assert set(summary.FilterModule().filters()).isdisjoint(plan.FilterModule().filters())
+
+
+def _canonical(name):
+    """A variable of roles/sglang/defaults/main.yml with its {{ sglang_* }} references filled in."""
+    import jinja2
+    import yaml
+
+    data = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+
+    def render(value):
+        if isinstance(value, str) and "{{" in value:
+            return jinja2.Environment().from_string(value).render(data)
+        if isinstance(value, dict):
+            return {k: render(v) for k, v in value.items()}
+        return value
+
+    return render(data[name])
+
+
+def _presets():
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
+    return defaults["sglang_benchmark_presets"]
+
+
+def _apply(preset):
+    import jinja2
+
+    args = _canonical("sglang_server_args")
+    overrides = {k: jinja2.Environment().from_string(v).render(sglang_draft_model_path=_canonical("sglang_draft_model_path"))
+                 if isinstance(v, str) else v for k, v in preset["server_args_overrides"].items()}
+    env = plan.combine_overrides(_canonical("sglang_service_environment"), preset["environment_overrides"])
+    return plan.combine_overrides(args, overrides), env
+
+
+def test_the_presets_are_the_configurations_the_seed_compared():
+    presets = _presets()
+    assert sorted(presets) == ["baseline", "topk1-spec-v1", "topk1-spec-v2", "topk4-spec-v1"]
+    production_args, production_env = _canonical("sglang_server_args"), _canonical("sglang_service_environment")
+    assert production_env["SGLANG_ENABLE_SPEC_V2"] == "1"
+
+    args, env = _apply(presets["topk1-spec-v2"])  # the seed's production = the canonical node
+    assert args == production_args and env == production_env
+
+    args, env = _apply(presets["topk1-spec-v1"])  # the same chain on the v1 scheduler
+    assert args == production_args and "SGLANG_ENABLE_SPEC_V2" not in env
+
+    args, env = _apply(presets["topk4-spec-v1"])  # the tree: topk 4, 16 draft tokens, v1 scheduler
+    assert (args["speculative_eagle_topk"], args["speculative_num_draft_tokens"]) == (4, 16)
+    assert args["speculative_algorithm"] == "EAGLE3" and "SGLANG_ENABLE_SPEC_V2" not in env
+
+    args, env = _apply(presets["baseline"])  # no speculation, SGLang's own memory fraction
+    assert not any(name.startswith("speculative_") for name in args)
+    assert "mem_fraction_static" not in args and "SGLANG_ENABLE_SPEC_V2" not in env
+    assert args["model_path"] == production_args["model_path"] and args["tp_size"] == production_args["tp_size"]
