@@ -5,8 +5,6 @@ Filters:
   bench_summary(runs, ...)         -> the table behind the configuration choice (summary.json)
   bench_summary_load(text)         -> a summary.json read back, or {"error": ...} when unusable
   bench_summary_markdown(summary)  -> that table as Markdown, configurations side by side
-  sglang_env_file_parse(text)      -> {NAME: value} of an EnvironmentFile written by sglang_service
-  combine_overrides(base, over)    -> base updated with over, a null value removing the key
 
 The input format is SGLang 0.5.9's python/sglang/bench_serving.py, function benchmark(): after each
 run it appends ONE line to --output-file, `json.dumps(result)`, where result holds the run's
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 SCHEMA = 1
 
@@ -356,48 +353,6 @@ def bench_summary_markdown(summary):
         raise _error(exc) from exc
 
 
-# --------------------------------------------------------------------------- helpers for the playbook
-
-_ENV_LINE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\s*$')
-
-
-def sglang_env_file_parse(text):
-    """{NAME: value} of an EnvironmentFile as sglang_service writes it (NAME="value", \\\\ and \\" escaped).
-
-    Comments and blank lines are skipped; a line of another shape is an error, since this file is
-    only ever written by sglang_service's template.
-    """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
-    env = {}
-    for number, line in enumerate((text or "").splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        match = _ENV_LINE.match(stripped)
-        if not match:
-            raise _error(BenchSummaryError(f"environment file line {number} is not NAME=\"value\": {stripped!r}"))
-        env[match.group(1)] = re.sub(r"\\(.)", r"\1", match.group(2))
-    return env
-
-
-def combine_overrides(base, overrides):
-    """base updated with overrides; an override of null removes the key (e.g. drop a flag for a baseline)."""
-    if base is None:
-        base = {}
-    if overrides is None:
-        overrides = {}
-    if not isinstance(base, dict) or not isinstance(overrides, dict):
-        raise _error(BenchSummaryError("combine_overrides: both arguments must be mappings"))
-    merged = dict(base)
-    for key, value in overrides.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged
-
-
 class FilterModule:
     """sglang-canon's benchmark filters."""
 
@@ -407,6 +362,4 @@ class FilterModule:
             "bench_summary": bench_summary,
             "bench_summary_load": bench_summary_load,
             "bench_summary_markdown": bench_summary_markdown,
-            "sglang_env_file_parse": sglang_env_file_parse,
-            "combine_overrides": combine_overrides,
         }

@@ -3,7 +3,7 @@ reconfiguration through sglang_service, and production ALWAYS coming back (faile
 refused alternative, an interrupted run repaired by the next benchmark or by site.yml).
 
 The server is the TEST DOUBLE (tests/double/sglang_server_double.py). Most tests point
-benchmark_command at tests/double/bench_serving_double.py (a TEST DOUBLE of the client that
+sglang_benchmark_command at tests/double/bench_serving_double.py (a TEST DOUBLE of the client that
 writes bench_serving's JSONL lines; stdlib only). test_real_bench_serving runs SGLang 0.5.9's own
 `python -m sglang.bench_serving` instead; it needs, on the node, the packages of
 tests/wheelhouse/bench-requirements.txt and the server double's POST /generate
@@ -52,9 +52,9 @@ def node(node_sets):
 def _vars(tmp, **extra):
     variables = {
         # the client double needs only the standard library
-        "benchmark_command": ["/usr/bin/python3", BENCH_DOUBLE],
-        "benchmark_concurrency_levels": [1, 2, 4],
-        "benchmark_artifacts_dir": str(tmp / "artifacts"),
+        "sglang_benchmark_command": ["/usr/bin/python3", BENCH_DOUBLE],
+        "sglang_benchmark_concurrency_levels": [1, 2, 4],
+        "sglang_benchmark_artifacts_dir": str(tmp / "artifacts"),
     }
     variables.update(extra)
     return variables
@@ -86,8 +86,20 @@ def _summary_on_node(node):
     return json.loads(node.ssh(f"cat {STATE}/summary.json", check=True).stdout)
 
 
+def test_before_any_benchmark_the_doc_carries_the_seeds_reference(node):
+    doc = node.ssh("cat /root/production_v2.md", check=True).stdout
+    assert "None recorded on this node yet" in doc
+    assert "Until then the reference is the seed's measured comparison below, which was not measured on this node." in doc
+    assert "made 86.8 tok/s, `baseline` 92.7 tok/s (-6.4 %)" in doc
+    # the patches explain themselves from the copies sglang_patches keeps on the node
+    assert "### 1. Refuse a misspelt SGLANG_ENABLE_SPEC_V2 at start-up" in doc
+    assert "- **Why:** the seed prepared this switch (left at 0, inactive)" in doc
+    assert "| `SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS` | `0` | sglang_patches | Patch 0002's switch:" in doc
+    assert "no reason recorded" not in doc
+
+
 def test_sweep_production_and_baseline(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_alternatives=["baseline"])
+    result = _benchmark(node, tmp_path, sglang_benchmark_alternatives=["baseline"])
     assert result.rc == 0, result.stdout[-6000:]
     summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())
     assert [c["name"] for c in summary["configurations"]] == ["production", "baseline"]
@@ -120,9 +132,39 @@ def test_site_yml_puts_the_table_into_the_doc_and_is_idempotent(node):
     assert second.rc == 0 and second.changed == 0, second.changed_tasks()
 
 
+def test_every_preset_the_seed_compared_runs_as_what_it_names(node, tmp_path):
+    presets = list(yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
+                   ["sglang_benchmark_presets"])
+    assert sorted(presets) == ["baseline", "topk1-spec-v1", "topk1-spec-v2", "topk4-spec-v1"]
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1, 32], sglang_benchmark_alternatives=presets)
+    assert result.rc == 0, result.stdout[-6000:]
+    summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())
+    configurations = {c["name"]: c for c in summary["configurations"]}
+    assert list(configurations) == ["production"] + presets
+    production = configurations["production"]
+    # the seed's production preset is exactly what the canonical inventory deploys
+    assert configurations["topk1-spec-v2"]["argv"] == production["argv"]
+    assert configurations["topk1-spec-v2"]["environment"] == production["environment"]
+    # topk 1 on the v1 scheduler: the same flags, spec v2 off
+    assert configurations["topk1-spec-v1"]["argv"] == production["argv"]
+    assert "SGLANG_ENABLE_SPEC_V2" not in configurations["topk1-spec-v1"]["environment"]
+    topk4 = configurations["topk4-spec-v1"]["argv"]
+    assert topk4[topk4.index("--speculative-eagle-topk") + 1] == "4"
+    assert topk4[topk4.index("--speculative-num-draft-tokens") + 1] == "16"
+    assert "--speculative-algorithm" not in configurations["baseline"]["argv"]
+    # the client double measured each server as what it ran (its per-configuration model at C=1)
+    first, crossover = summary["rows"]
+    assert {name: round(r["output_throughput"], 1) for name, r in first["results"].items()} == {
+        "production": 86.8, "baseline": 92.7, "topk4-spec-v1": 95.5, "topk1-spec-v1": 84.0, "topk1-spec-v2": 86.8}
+    # above the seed's crossover (C=30) production beats the baseline; a tie goes to production
+    assert crossover["concurrency"] == 32 and crossover["winner"] == "production"
+    assert summary["failures"] == []
+    _assert_production_is_back(node)
+
+
 def test_failed_runs_are_reported_and_production_restored(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1, 2], benchmark_alternatives=["baseline"],
-                        benchmark_environment={"BENCH_SERVING_DOUBLE_FAIL_WITHOUT_SPECULATION": "1"})
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1, 2], sglang_benchmark_alternatives=["baseline"],
+                        sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_FAIL_WITHOUT_SPECULATION": "1"})
     assert result.rc != 0
     message = " ".join(result.failure_messages())
     assert "2 run(s) without a result" in message
@@ -133,8 +175,8 @@ def test_failed_runs_are_reported_and_production_restored(node, tmp_path):
 
 
 def test_a_run_past_its_timeout_is_killed_and_reported(node, tmp_path):
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1], benchmark_run_timeout=3,
-                        benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP": "60"})
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_run_timeout=3,
+                        sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP": "60"})
     assert result.rc != 0
     assert "production at concurrency 1: bench_serving timed out" in " ".join(result.failure_messages())
     _assert_production_is_back(node)
@@ -143,7 +185,7 @@ def test_a_run_past_its_timeout_is_killed_and_reported(node, tmp_path):
 def test_a_refused_alternative_stops_the_sweep_and_production_comes_back(node, tmp_path):
     refused = {"name": "topk4-spec-v2", "server_args_overrides": {"speculative_eagle_topk": 4,
                                                                   "speculative_num_draft_tokens": 16}}
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[1], benchmark_alternatives=[refused])
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_alternatives=[refused])
     assert result.rc != 0
     message = " ".join(result.failure_messages())
     assert "The sweep stopped" in message and "topk = 1" in message
@@ -152,7 +194,7 @@ def test_a_refused_alternative_stops_the_sweep_and_production_comes_back(node, t
 
 def test_bad_alternatives_are_refused_before_anything_changes(node, tmp_path):
     before = _server_info(node)["pid"]
-    result = _benchmark(node, tmp_path, benchmark_alternatives=["no-such-preset"])
+    result = _benchmark(node, tmp_path, sglang_benchmark_alternatives=["no-such-preset"])
     assert result.rc != 0
     assert "must be one of the presets" in result.stdout  # the failed loop item's message
     assert _server_info(node)["pid"] == before
@@ -160,8 +202,8 @@ def test_bad_alternatives_are_refused_before_anything_changes(node, tmp_path):
 
 def _interrupt_during_baseline(node, tmp_path):
     """Start a sweep whose baseline run hangs, kill ansible-playbook once the baseline serves."""
-    extravars = _vars(tmp_path, benchmark_concurrency_levels=[1], benchmark_alternatives=["baseline"],
-                      benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP_WITHOUT_SPECULATION": "600"})
+    extravars = _vars(tmp_path, sglang_benchmark_concurrency_levels=[1], sglang_benchmark_alternatives=["baseline"],
+                      sglang_benchmark_environment={"BENCH_SERVING_DOUBLE_SLEEP_WITHOUT_SPECULATION": "600"})
     varfile = tmp_path / "vars.json"
     varfile.write_text(json.dumps(extravars))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -202,7 +244,7 @@ def _interrupt_during_baseline(node, tmp_path):
 
 def test_an_interrupted_run_is_repaired_by_the_next_benchmark(node, tmp_path):
     _interrupt_during_baseline(node, tmp_path)
-    result = _benchmark(node, tmp_path, benchmark_concurrency_levels=[])
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[])
     assert result.rc == 0, result.stdout[-6000:]
     # Ansible's YAML result format folds long messages at 80 columns: compare words, not line breaks.
     assert "restored (the temporary configuration was baseline)" in " ".join(result.stdout.split())
@@ -250,11 +292,11 @@ def test_real_bench_serving(node, tmp_path):
     for name, content in tiny_tokenizer().items():
         node.ssh(f"mkdir -p /srv/bench-tokenizer && cat > /srv/bench-tokenizer/{name} <<'EOF'\n{content}\nEOF", check=True)
     result = run_playbook("playbooks/benchmark.yml", node.inventory, extravars={
-        "benchmark_concurrency_levels": [1, 4],
-        "benchmark_random_input_len": 64,
-        "benchmark_random_output_len": 32,
-        "benchmark_tokenizer": "/srv/bench-tokenizer",
-        "benchmark_artifacts_dir": str(tmp_path / "artifacts"),
+        "sglang_benchmark_concurrency_levels": [1, 4],
+        "sglang_benchmark_random_input_len": 64,
+        "sglang_benchmark_random_output_len": 32,
+        "sglang_benchmark_tokenizer": "/srv/bench-tokenizer",
+        "sglang_benchmark_artifacts_dir": str(tmp_path / "artifacts"),
     })
     assert result.rc == 0, result.stdout[-6000:]
     summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())

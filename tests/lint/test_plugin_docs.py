@@ -5,7 +5,8 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FILTER_DIR = REPO / "filter_plugins"
+# The project's filters and the role-local ones (roles/NAME/filter_plugins), each with NAME.yml docs.
+FILTER_DIRS = [REPO / "filter_plugins", *sorted(REPO.glob("roles/*/filter_plugins"))]
 CALLBACK_DIR = REPO / "callback_plugins"
 MODULE_DIR = REPO / "library"
 
@@ -13,8 +14,9 @@ MODULE_DIR = REPO / "library"
 def _filter_names(project_module):
     """Every filter the project's filter plugins define, read from their FilterModule classes."""
     names = []
-    for path in sorted(FILTER_DIR.glob("*.py")):
-        names += list(project_module(str(path.relative_to(REPO))).FilterModule().filters())
+    for directory in FILTER_DIRS:
+        for path in sorted(directory.glob("*.py")):
+            names += list(project_module(str(path.relative_to(REPO))).FilterModule().filters())
     return names
 
 
@@ -23,7 +25,13 @@ def _assert_documented(plugin_type, names):
     done = subprocess.run(
         [str(REPO / ".venv" / "bin" / "ansible-doc"), "-t", plugin_type, *names],
         cwd=REPO, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # ansible-doc loads role-local plugins only when pointed at them.
+            "ANSIBLE_FILTER_PLUGINS": os.pathsep.join(str(directory) for directory in FILTER_DIRS),
+        },
     )
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
     for name in names:
@@ -38,7 +46,8 @@ def test_every_filter_renders_its_documentation(project_module):
 
 def test_every_filter_doc_file_belongs_to_a_filter(project_module):
     # A doc file left behind by a renamed or removed filter would document nothing.
-    orphans = sorted({p.stem for p in FILTER_DIR.glob("*.yml")} - set(_filter_names(project_module)))
+    docs = {p.stem for directory in FILTER_DIRS for p in directory.glob("*.yml")}
+    orphans = sorted(docs - set(_filter_names(project_module)))
     assert not orphans, f"filter_plugins/*.yml without a filter of that name: {orphans}"
 
 

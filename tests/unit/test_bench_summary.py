@@ -223,24 +223,43 @@ def test_summary_round_trips_through_load():
     assert "error" in bench.bench_summary_load('{"schema": 99, "rows": []}')
 
 
-# --------------------------------------------------------------------------- playbook helpers
+# --------------------------------------------------------------------------- the client double's model
 
-def test_env_file_parse_reads_what_sglang_service_writes():
-    # sglang.env.j2 writes NAME="value" with \ and " escaped, after a comment header.
-    text = '# Ansible managed\n# Environment of sglang.service\nA="1"\nB="say \\"hi\\""\nC="back\\\\slash"\n'
-    assert bench.sglang_env_file_parse(text) == {"A": "1", "B": 'say "hi"', "C": "back\\slash"}
+def _double_throughput(kind, level):
+    return bench_double.metrics(level, kind, None, 1024, 512, 16)["output_throughput"]
 
 
-def test_env_file_parse_refuses_other_shapes():
-    from ansible.errors import AnsibleFilterError
+def test_the_double_tells_the_seeds_configurations_apart():
+    def info(algorithm, topk, spec_v2):
+        return {"server_args": {"speculative_algorithm": algorithm, "speculative_eagle_topk": topk}, "spec_v2": spec_v2}
 
-    with pytest.raises(AnsibleFilterError, match="line 1"):
-        bench.sglang_env_file_parse("export A=1\n")
+    assert bench_double.configuration(info(None, None, False)) == "baseline"
+    assert bench_double.configuration(info("EAGLE3", 1, True)) == "topk1-spec-v2"
+    assert bench_double.configuration(info("EAGLE3", 1, False)) == "topk1-spec-v1"
+    assert bench_double.configuration(info("EAGLE3", 4, False)) == "topk4-spec-v1"
 
 
-def test_combine_overrides_null_removes():
-    base = {"speculative_algorithm": "EAGLE3", "tp_size": 8, "mem_fraction_static": 0.88}
-    merged = bench.combine_overrides(base, {"speculative_algorithm": None, "mem_fraction_static": None, "tp_size": 4})
-    assert merged == {"tp_size": 4}
-    assert base["speculative_algorithm"] == "EAGLE3"  # not modified
-    assert bench.combine_overrides(base, None) == base
+def test_the_doubles_production_and_baseline_follow_the_seed():
+    assert _double_throughput("topk1-spec-v2", 1) == pytest.approx(86.8)
+    assert _double_throughput("baseline", 1) == pytest.approx(92.7)
+    levels = [1, 2, 4, 8, 16, 24, 28, 31, 32, 64, 128, 256]
+    ahead = [level for level in levels if _double_throughput("topk1-spec-v2", level) >= _double_throughput("baseline", level)]
+    assert ahead == [31, 32, 64, 128, 256]  # matched or beat the baseline above C=30, behind below
+
+
+def test_the_default_sweep_has_eight_levels_around_the_seeds_crossover():
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
+    levels = defaults["sglang_benchmark_concurrency_levels"]
+    assert len(levels) == 8 and levels == sorted(set(levels)) and levels[0] == 1
+    below = max(level for level in levels if level < 30)
+    above = min(level for level in levels if level > 30)
+    assert 30 - below <= 6 and above - 30 <= 2, levels
+    # with the double's model of the seed, the winner changes between those two levels
+    runs = [{"configuration": name, "concurrency": level, "rc": 0, "num_prompts": 16,
+             "jsonl": json.dumps(dict(json.loads(_fixture("eagle3-topk1-c4.jsonl").splitlines()[-1]), max_concurrency=level,
+                                      **bench_double.metrics(level, kind, None, 1024, 512, 16)))}
+            for level in (below, above) for name, kind in (("production", "topk1-spec-v2"), ("baseline", "baseline"))]
+    summary = bench.summarize(runs, levels=[below, above])
+    assert [row["winner"] for row in summary["rows"]] == ["baseline", "production"]

@@ -19,6 +19,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "doc"
+PATCH_SET = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position
@@ -85,6 +86,14 @@ class Node:
         shutil.copy(FIXTURES / fixture, target)
         return target
 
+    def put_patches(self):
+        """The copies sglang_patches keeps beside the manifest: the shipped set itself."""
+        target = self.state / "patches" / PATCH_SET.name
+        target.mkdir(parents=True, exist_ok=True)
+        for patch in PATCH_SET.glob("*.patch"):
+            shutil.copy(patch, target / patch.name)
+        return target
+
     def render(self, **extravars):
         variables = {
             "production_doc_path": str(self.doc),
@@ -92,6 +101,7 @@ class Node:
             "production_doc_group": grp.getgrgid(os.getgid()).gr_name,
             "sglang_state_dir": str(self.state),
             "production_doc_patches_manifest": str(self.state / "patches" / "sglang.manifest.json"),
+            "production_doc_patches_dir": str(self.state / "patches"),
         }
         variables.update(extravars)
         # ansible-runner looks ansible-playbook up on PATH: the venv's, also when pytest runs unactivated.
@@ -116,8 +126,11 @@ def full(tmp_path_factory):
     node = Node(tmp_path_factory.mktemp("doc-full"))
     node.put("sglang.manifest.json", "patches/sglang.manifest.json")
     node.put("summary.json", "benchmark/summary.json")
+    node.put_patches()
     args = dict(_shared("sglang_server_args"), cuda_graph_max_bs=64)
-    facts = _facts("gpu_topology.json", "stack.json", "nccl.json")
+    # what sglang_patches hands to the service for patch 0002 (its default threshold)
+    facts = dict(_facts("gpu_topology.json", "stack.json", "nccl.json"),
+                 sglang_patches_service_environment={"SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS": "0"})
     first = node.render(sglang_server_args=args, **facts)
     first_bytes = node.doc.read_bytes()
     second = node.render(sglang_server_args=args, **facts)
@@ -234,8 +247,78 @@ def test_secret_flags_are_hidden(node):
     assert "  --api-key (hidden)" in text
 
 
-def test_history_is_rendered(full):
-    assert "86.8 tok/s against 92.7 tok/s" in _section(full["node"].text(), "Recorded before this deployment")
+def _seed_reference():
+    return yaml.safe_load((REPO / "roles" / "production_doc" / "vars" / "main.yml").read_text())["production_doc_seed_reference"]
+
+
+def test_seed_reference_holds_the_seeds_numbers():
+    """The seed's record: topk 1 + spec v2 86.8 tok/s vs no speculation 92.7 at C=1, matching or
+    beating it above C=30, 54.1 tok/s on the earlier CUDA 12.8 stack (about 14x less than the peak)."""
+    seed = _seed_reference()
+    assert seed["single_stream"]["concurrency"] == 1
+    assert seed["single_stream"]["production_tok_s"] == 86.8
+    assert seed["single_stream"]["baseline_tok_s"] == 92.7
+    assert seed["crossover_concurrency"] == 30
+    assert seed["concurrency_level_count"] == 8
+    assert seed["earlier_stack"] == {"stack": "CUDA 12.8", "tok_s": 54.1, "improvement_at_peak": 14}
+    assert "CUDA 13.0.1, PyTorch 2.9.1, SGLang 0.5.9" in seed["stack"]
+    assert "RTX PRO 6000 Blackwell" in seed["where"] and "no date" in seed["when"]
+    # the configurations it compared are the benchmark's presets, production first, baseline second
+    presets = yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
+    names = [c["name"] for c in seed["configurations"]]
+    assert names[:2] == ["topk1-spec-v2", "baseline"]
+    assert sorted(names) == sorted(presets["sglang_benchmark_presets"])
+
+
+def test_seed_reference_is_rendered_and_marked_as_the_seeds(full):
+    reference = _section(full["node"].text(), "Reference: the seed's measured comparison")
+    assert "Measured by the seed deployment, not on this node: the seed's container: 8 x NVIDIA RTX PRO 6000" in reference
+    assert "(the seed records no date); stack CUDA 13.0.1, PyTorch 2.9.1, SGLang 0.5.9" in reference
+    assert ("- Concurrency 1: the seed's production (`topk1-spec-v2`) made 86.8 tok/s, `baseline` 92.7 tok/s (-6.4 %): "
+            "the topk 1 chain") in reference
+    assert "- Above concurrency 30: the seed's production matched or beat `baseline` at every level." in reference
+    assert "earlier CUDA 12.8 stack managed 54.1 tok/s; the seed puts the CUDA 13.0.1 stack's peak at 14x that." in reference
+    assert "The seed compared these 4 configurations (presets of `playbooks/benchmark.yml`) over 8 concurrency levels:" in reference
+    for name in ("topk1-spec-v2", "baseline", "topk4-spec-v1", "topk1-spec-v1"):
+        assert f"| `{name}` |" in reference
+    # with a benchmark of its own, the node's table comes first and is not called the reference
+    assert "Until then the reference is the seed's" not in full["node"].text()
+
+
+def test_environment_has_every_reason_including_the_patches_switch(full):
+    env = _section(full["node"].text(), "Environment")
+    assert "no reason recorded" not in env
+    reason = _shared("sglang_service_environment_reasons")["SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS"]
+    assert reason.startswith("Patch 0002's switch:")
+    assert f"| `SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS` | `0` | sglang_patches | {reason} |" in env
+
+
+def test_every_patch_says_what_it_changes_and_why(full):
+    patches = _section(full["node"].text(), "Patches")
+    state = full["node"].state
+    assert "### 1. Refuse a misspelt SGLANG_ENABLE_SPEC_V2 at start-up\n" in patches
+    assert "### 2. Spec v2: skip the drafter at or above N running requests\n" in patches
+    assert f"`{state}/patches/sglang-0.5.9/0002-spec-v2-skip-drafting-at-running-requests.patch`" in patches
+    assert "- **What:** SGLANG_ENABLE_SPEC_V2 becomes an EnvStrictBool." in patches
+    assert "- **Why:** stock 0.5.9 only warns" in patches
+    assert "- **How far the skip goes:** spec v2's data path has fixed shapes" in patches
+    assert "- **Why:** the seed prepared this switch (left at 0, inactive)" in patches
+    assert "- **Files:** sglang/srt/speculative/eagle_worker_v2.py." in patches
+    assert "not read" not in patches and "not shown" not in patches
+
+
+def test_a_patch_copy_missing_or_changed_on_the_node_is_not_explained(node):
+    node.put("sglang.manifest.json", "patches/sglang.manifest.json")
+    copies = node.put_patches()
+    (copies / "0001-strict-sglang-enable-spec-v2.patch").unlink()
+    changed = copies / "0002-spec-v2-skip-drafting-at-running-requests.patch"
+    changed.write_text(changed.read_text().replace("Why: the seed", "Why: someone"))
+    node.render()
+    patches = _section(node.text(), "Patches")
+    assert "### 1. `sglang-0.5.9/0001-strict-sglang-enable-spec-v2.patch`" in patches
+    assert "- What and why: not read; the copy is missing on the node" in patches
+    assert "- What and why: not shown; the copy on the node (sha256 `" in patches
+    assert "someone" not in patches
 
 
 def test_without_facts_or_files_it_says_not_gathered(node):
@@ -247,6 +330,8 @@ def test_without_facts_or_files_it_says_not_gathered(node):
     assert "Not gathered: nccl_tuning did not run in this play" in text
     assert "None recorded: no patch manifest at" in text
     assert "None recorded on this node yet" in text
+    assert "Until then the reference is the seed's measured comparison below, which was not measured on this node." in text
+    assert "86.8 tok/s" in _section(text, "Reference: the seed's measured comparison")
     assert "WARNING" not in text
 
 
