@@ -22,7 +22,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "roles", "nccl_tuning", "files"))
+sys.path.insert(0, os.path.join(REPO, "roles", "nccl_measure", "files"))
 
 # What the device's H200 nodes must be (the inventory inventory/device-h200 says the same).
 NAME_PATTERN = "H200"

@@ -33,7 +33,7 @@ def _load(name, path):
 
 
 checks_mod = _load("gpu_tier_checks", REPO / "tests" / "gpu" / "gpu_tier_checks.py")
-nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_tuning" / "files" / "nccl_choice.py")
+nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py")
 
 ALL_RUNS = sorted(p for p in RUNS.iterdir() if p.is_dir())
 X2_RUNS = [p for p in ALL_RUNS if re.search(r"-h200x2\b", p.name)]

@@ -1,4 +1,4 @@
-"""roles/nccl_tuning/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
+"""roles/nccl_measure/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
 
 Nothing here imports torch. The launcher's end-to-end run on the CPU (--backend gloo, fresh
 processes, exact environments) is tests/roles/test_nccl_bench_gloo.py.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = REPO / "roles" / "nccl_tuning" / "files"
+FILES = REPO / "roles" / "nccl_measure" / "files"
 BENCH = FILES / "nccl_allreduce_bench.py"
 _spec = importlib.util.spec_from_file_location("nccl_allreduce_bench", BENCH)
 bench = importlib.util.module_from_spec(_spec)

@@ -1,4 +1,4 @@
-"""roles/nccl_tuning/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
+"""roles/nccl_measure/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
 (one run per setting, the format before rounds) and on made-up tables of several rounds."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl" / "h200x2-nvlink-nccl.txt"
 _spec = importlib.util.spec_from_file_location(
-    "nccl_choice", REPO / "roles" / "nccl_tuning" / "files" / "nccl_choice.py"
+    "nccl_choice", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py"
 )
 nc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nc)
