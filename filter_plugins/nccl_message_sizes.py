@@ -145,7 +145,7 @@ def message_plan(
         requests, requests_from = SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS, f"SGLang's default with {algorithm}"
     else:
         requests = DECODE_REQUESTS_WITHOUT_LIMIT
-        requests_from = "no limit set (SGLang sizes it from the KV cache); measured up to"
+        requests_from = f"none set: SGLang sizes it from the KV cache at start-up, {requests} assumed"
     per_request = 1
     if speculative:  # the target model verifies num_draft_tokens per request (num_steps + 1 with topk 1)
         draft = _int_arg(server_args, "speculative_num_draft_tokens", label)
