@@ -17,7 +17,7 @@ type: aggregate
 short_description: Record would-be changes of a drift scan as the host fact sglang_drift_items
 description:
   - Active only in plays whose variables set C(sglang_drift_scan=true) (templated).
-  - In such a play with ignore_errors, a failed task is recorded too: the node needs a real run.
+  - In such a play with ignore_errors, a failed task is recorded too (the node needs a real run).
   - Each changed task result is appended to the host's C(sglang_drift_items) fact,
     labelled with its role, task and loop item.
 requirements:

@@ -8,10 +8,12 @@ Keys of `expectations` (an expectation that is None or "" is skipped):
 
   driver_cuda_min           driver's supported CUDA (nvidia-smi "CUDA Version") >= this
   torch_version             torch.__version__ matches: "2.9.1" matches "2.9.1" and "2.9.1+cu130";
-                            "2.9.1+cu130" needs that local tag too
-  torch_cuda                torch built for this CUDA: torch.version.cuda matches ("13.0"), or the
-                            version's local tag is cu + its digits (+cu130)
-  sglang_version            SGLang's distribution version, exactly
+                            "2.9.1+cu130" needs that local label too (PEP 440: case and - _ . alike)
+  torch_cuda                torch built for this CUDA: torch.version.cuda matches ("13.0"). Checked on
+                            its own: the +cu130 label is only a name the source gives the wheel, the
+                            build is what torch itself reports (a relabelled or CPU build fails here)
+  sglang_version            SGLang's distribution version, PEP 440 "==" ("0.5.9" matches "0.5.9" and
+                            "0.5.9+local", not "0.5.9.post1"; a label given must match)
   cuda_available            torch.cuda.is_available() is this boolean
   device_count              torch.cuda.device_count() is this number
   compute_capability_min    every visible device's compute capability >= this ("12.0")
@@ -70,6 +72,27 @@ def _at_least(found, minimum):
 
 def _prefix_match(found, expected):
     return tuple(found[: len(expected)]) == tuple(expected)
+
+
+def _local_label(label):
+    """PEP 440 normal form of a local version label: 'CU130' == 'cu130', 'rocm-6.4' == 'rocm.6.4'."""
+    return re.sub(r"[-_.]", ".", label.strip().lower())
+
+
+def _labels_match(want_local, found_local):
+    """A wanted label must be the found one; no wanted label accepts any (PEP 440 '==')."""
+    return not want_local or _local_label(want_local) == _local_label(found_local or "")
+
+
+def _release_equal(want, found):
+    """PEP 440 '==' on the public parts: '0.5.9' == '0.5.9.0', but not '0.5.9.post1' or '0.5.90'."""
+    want_numbers, found_numbers = _numbers(want), _numbers(found)
+    if want_numbers is None or found_numbers is None:
+        return want.strip().lower() == found.strip().lower()
+    rest = re.compile(r"^\s*v?\d+(?:\.\d+)*")
+    length = max(len(want_numbers), len(found_numbers))
+    return (_padded(want_numbers, length) == _padded(found_numbers, length)
+            and rest.sub("", want).strip().lower() == rest.sub("", found).strip().lower())
 
 
 def _skip(value):
@@ -160,32 +183,28 @@ def sglang_stack_mismatches(stack, expectations, prefix=DEFAULT_PREFIX):
             numbers = _numbers(found_public)
             ok = (found is not None and numbers is not None
                   and _prefix_match(numbers, _version(name, want_public))
-                  and (not want_local or found_local == want_local))
+                  and _labels_match(want_local, found_local))
             if not ok:
                 miss(key, want_text, _show(found), _why(stack, "python", "torch") if found is None else "")
 
         elif key == "torch_cuda":
             want_numbers = _version(name, want)
             found = torch.get("cuda")
-            local = torch.get("version_local") or (str(torch.get("version") or "").partition("+")[2] or None)
-            ok = False
-            if found is not None and _numbers(found) is not None:
-                ok = _prefix_match(_numbers(found), want_numbers)
-            if not ok and local:
-                ok = local == "cu" + "".join(str(n) for n in want_numbers)
-            if not ok:
+            if found is None or _numbers(found) is None or not _prefix_match(_numbers(found), want_numbers):
                 if found is None and torch.get("version"):
                     shown = "none (torch %s is not a CUDA build)" % torch.get("version")
-                    why = ""
+                elif found is not None:
+                    shown = "%s (torch %s)" % (found, _show(torch.get("version")))
                 else:
-                    shown = _show(found)
-                    why = _why(stack, "python", "torch") if found is None else ""
-                miss(key, "%s (torch.version.cuda, or a +cu%s build)" % (want, "".join(str(n) for n in want_numbers)),
-                     shown, why)
+                    shown = _show(found) + _why(stack, "python", "torch")
+                miss(key, "%s (torch.version.cuda, the CUDA torch was built for)" % want, shown)
 
         elif key == "sglang_version":
             found = sglang.get("version")
-            if found is None or str(found).strip() != str(want).strip():
+            want_public, _, want_local = str(want).strip().partition("+")
+            found_public, _, found_local = str(found).strip().partition("+")
+            if found is None or not (_release_equal(want_public, found_public)
+                                     and _labels_match(want_local, found_local)):
                 miss(key, str(want).strip(), _show(found), _why(stack, "python", "sglang") if found is None else "")
 
         elif key == "cuda_available":

@@ -21,9 +21,13 @@ description:
     (C(SYS), C(NODE), C(PHB), C(PXB), C(PIX) or C(NV#)), and classifies the node's interconnect.
   - Needs only nvidia-smi on the node, no extra Python packages. Changes nothing; runs the same
     read-only commands in check mode.
-  - The C(topo -m) parser copes with ANSI escapes in the header, NIC rows and the NIC legend, with or
-    without the C(GPU NUMA ID) column, several NUMA nodes, blank or C(N/A) affinity cells, any number of
-    GPUs and a missing final newline.
+  - The C(topo -m) parser copes with ANSI escapes in the header, NIC rows and a NIC legend of any length
+    (or a truncated one), with or without the C(GPU NUMA ID) column, several NUMA nodes, blank or C(N/A)
+    affinity cells (read as unknown, V(null)), any number of GPUs and a missing final newline.
+  - It reads a capture whose tabs were expanded to spaces (through a terminal, a paste or a log collector)
+    as it reads the tab-separated original, so the same parser serves recorded captures.
+  - It refuses output without a header naming the GPU columns, or whose rows and columns disagree, with a
+    message that quotes the offending line.
   - C(nvidia-smi) runs with C(LC_ALL=C).
 author:
   - sglang-canon contributors

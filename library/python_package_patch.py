@@ -12,20 +12,16 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
+from ansible.module_utils import package_patch_node
 from ansible.module_utils.package_patch import (
-    BYTE_COMPILE_SCRIPT,
-    COMPILE_CHECK_SCRIPT,
-    PROBE_SCRIPT,
-    PatchError,
     build_plan,
     default_pristine_dir,
     execute,
     file_diff,
     load_manifest,
-    parse_patch,
     parse_probe_output,
-    target_paths,
 )
+from ansible.module_utils.unified_diff import PatchError, parse_patch, target_paths
 
 DOCUMENTATION = r"""
 ---
@@ -51,6 +47,8 @@ description:
     and owner; if a write fails, the files already written get their previous bytes back.
   - Before writing, the patched sources are compiled by O(python) (a syntax error fails the task);
     after writing, they are byte-compiled by O(python) so the C(.pyc) files match that interpreter.
+  - What runs under O(python) (finding the package, the compile check, byte-compiling) is the module
+    utility C(package_patch_node), sent to the node with the module and run with C(python -c).
 version_added: "0.1.0"
 author: sglang-canon
 options:
@@ -287,6 +285,16 @@ def _run(module, argv, what):
     return out
 
 
+def node_program():
+    """Source of module_utils/package_patch_node.py: shipped in the module's payload, run by the package's Python."""
+    loader = getattr(package_patch_node, "__loader__", None)
+    source = loader.get_source(package_patch_node.__name__) if loader is not None and hasattr(loader, "get_source") else None
+    if not source:
+        with open(package_patch_node.__file__) as handle:
+            source = handle.read()
+    return source
+
+
 def _compile_check(module, python, plan):
     """Compile every would-be .py source with the target interpreter; nothing is written in the package."""
     pending = [f for f in plan.files_changed if f.path.endswith(".py")]
@@ -294,7 +302,7 @@ def _compile_check(module, python, plan):
         return
     tmpdir = tempfile.mkdtemp(prefix="package-patch-", dir=getattr(module, "tmpdir", None))
     try:
-        argv = [python, "-c", COMPILE_CHECK_SCRIPT]
+        argv = [python, "-c", node_program(), "compile-check"]
         for index, fplan in enumerate(pending):
             path = os.path.join(tmpdir, "%d.py" % index)
             with open(path, "wb") as fh:
@@ -338,7 +346,8 @@ def main():
         wanted = target_paths(patches) + sorted((manifest or {}).get("files", {}))
         info = parse_probe_output(
             package,
-            _run(module, [python, "-c", PROBE_SCRIPT, package] + wanted, "finding %s with %s" % (package, python)),
+            _run(module, [python, "-c", node_program(), "probe", package] + wanted,
+                 "finding %s with %s" % (package, python)),
         )
         result.update(installed_version=info.version, site_packages=info.base)
         plan = build_plan(
@@ -378,7 +387,7 @@ def main():
         to_compile = [plan.abspath(rel) for rel in written if rel.endswith(".py")]
         if params["byte_compile"] and to_compile:
             try:
-                _run(module, [python, "-c", BYTE_COMPILE_SCRIPT] + to_compile, "byte-compiling with %s" % python)
+                _run(module, [python, "-c", node_program(), "byte-compile"] + to_compile, "byte-compiling with %s" % python)
             except PatchError as exc:
                 result["msg"] = "files were patched but byte-compiling failed: %s" % exc
                 module.fail_json(**result)

@@ -22,6 +22,9 @@ description:
   - With O(check_release_pins), every C(==) pin of the installed release's own metadata
     (for instance transformers==4.57.1 of sglang 0.5.9) must match as well, apart from
     O(exclude); so a dependency drifted by hand is caught.
+  - With O(sources), an installed package that a package source pins (C(torch==2.9.1+cu130))
+    must be at that pin, local label included; so PyPI's C(torch 2.9.1) is drift where the
+    PyTorch cu130 build is wanted, while SGLang's own C(torch==2.9.1) accepts either.
   - The comparison is plain Python (module_utils/sglang_pins.py).
 version_added: "1.0.0"
 author: sglang-canon contributors
@@ -59,6 +62,13 @@ options:
         With false (a C(--no-deps) install) only installed packages must match.
     type: bool
     default: true
+  sources:
+    description:
+      - Package sources as the sglang_install role's C(sglang_install_sources) lists them; only
+        C(name) and C(pins) are read here. Every pin must be exact (C(name==version)).
+    type: list
+    elements: dict
+    default: []
 """
 
 EXAMPLES = r"""
@@ -66,6 +76,9 @@ EXAMPLES = r"""
   sglang_pip_probe:
     python: /opt/sglang/venv/bin/python
     requirements: ["sglang==0.5.9"]
+    sources:
+      - name: PyTorch cu130
+        pins: ["torch==2.9.1+cu130"]
   register: probe
   changed_when: false
   check_mode: false
@@ -85,7 +98,8 @@ summary:
   returned: always
   type: list
   elements: str
-  sample: ["transformers: 4.56.0 installed, wanted ==4.57.1 (sglang pin)"]
+  sample: ["transformers: 4.56.0 installed, wanted ==4.57.1 (sglang pin)",
+           "torch: 2.9.1 installed, wanted ==2.9.1+cu130 (pin of source PyTorch cu130)"]
 drift:
   description: One entry per difference.
   returned: always
@@ -115,6 +129,7 @@ from ansible.module_utils.sglang_pins import (
     parse_requirement,
     parse_requirements_text,
     release_pins,
+    source_pins,
 )
 
 # Runs under the TARGET interpreter (any Python >= 3.8): standard library only, except that
@@ -160,8 +175,8 @@ def wanted_requirements(requirements, requirements_file):
     return wanted
 
 
-def report(wanted, probe, params):
-    """Module result from the parsed wanted state and the probe's JSON answer."""
+def report(wanted, pinned_sources, probe, params):
+    """Module result from the parsed wanted state, the sources' pins and the probe's JSON answer."""
     installed = probe["versions"]
     requires = probe["requires"] if params["check_release_pins"] else None
     drift = find_drift(
@@ -172,8 +187,9 @@ def report(wanted, probe, params):
         exclude=params["exclude"],
         require_release_deps=params["require_release_deps"],
         marker_results=probe.get("markers"),
+        pinned_sources=pinned_sources,
     )
-    names = [r["canonical"] for r in wanted]
+    names = [r["canonical"] for r in wanted] + [p["canonical"] for p in pinned_sources]
     if requires:
         names += [p["canonical"] for p in release_pins(requires, params["exclude"])]
     shown = dict((n, installed.get(n)) for n in names)
@@ -192,12 +208,14 @@ def run_module():
             check_release_pins=dict(type="bool", default=True),
             exclude=dict(type="list", elements="str", default=[]),
             require_release_deps=dict(type="bool", default=True),
+            sources=dict(type="list", elements="dict", default=[]),
         ),
         supports_check_mode=True,
     )
     params = module.params
     try:
         wanted = wanted_requirements(params["requirements"], params["requirements_file"])
+        pinned_sources = source_pins(params["sources"])
     except (RequirementError, IOError, OSError) as exc:
         module.fail_json(msg="cannot read the wanted requirements: %s" % exc)
 
@@ -218,7 +236,7 @@ def run_module():
         probe = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         module.fail_json(msg="probe printed no JSON under %s" % python, stdout=out, stderr=err)
-    module.exit_json(**report(wanted, probe, params))
+    module.exit_json(**report(wanted, pinned_sources, probe, params))
 
 
 def main():

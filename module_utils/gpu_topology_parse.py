@@ -60,17 +60,23 @@ QUERY_FIELDS = (
 
 QUERY_FIELD_NAMES = tuple(field for field, _key, _convert in QUERY_FIELDS)
 
-# SGR and other CSI sequences (nvidia-smi underlines the topo -m header), plus stray OSC/ESC pairs.
-_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# ECMA-48 escape sequences: CSI (nvidia-smi underlines the topo -m header with one), also in its
+# 8-bit form, OSC, and the two- or three-byte ones such as "ESC ( B" that `tput sgr0` emits.
+_ANSI_RE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[ -/]*[0-~]")
+# What is left of an SGR sequence when a paste dropped the ESC byte ("[4mGPU0") or showed it
+# in caret notation ("^[[4mGPU0"); no topo -m cell holds "[" followed by digits and "m".
+_LOST_ESCAPE_RE = re.compile(r"(?:\^\[)?\[[0-9;]*m")
 _GPU_LABEL_RE = re.compile(r"^GPU(\d+)$")
+# Device columns of topo -m: GPU0, NIC3, or a NIC by its device name (mlx5_0) on older drivers.
+_DEVICE_NAME_RE = re.compile(r"^[A-Za-z][\w.-]*\d$")
 _NVLINK_RE = re.compile(r"^NV\d+$")
 _NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
-# Trailing columns of the matrix that are not devices.
-_AFFINITY_COLUMNS = {
-    "CPU Affinity": "cpu_affinity",
-    "NUMA Affinity": "numa_affinity",
-    "GPU NUMA ID": "gpu_numa_id",
-}
+# Trailing columns of the matrix that are not devices; their names hold spaces. Older drivers
+# print no "GPU NUMA ID".
+_AFFINITY_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_AFFINITY_HEADER_RE = re.compile(r"CPU\s+Affinity|NUMA\s+Affinity|GPU\s+NUMA\s+ID")
+# Tab widths a capture may have been expanded with: terminals and `expand` use 8, some editors 4.
+_TAB_SIZES = (8, 4)
 # nvidia-smi's ways of saying "no value".
 _NO_VALUE_RE = re.compile(r"^(?:|N/A|\[.*\])$", re.IGNORECASE)
 
@@ -148,34 +154,167 @@ def parse_query_gpu(text, fields=QUERY_FIELD_NAMES):
     return gpus
 
 
-def _split_header(line):
-    """Split the topo -m header into device column labels and trailing affinity column names."""
-    names = [cell.strip() for cell in line.split("\t")]
-    names = [name for name in names if name]
-    devices, trailing = [], []
-    for name in names:
-        if name in _AFFINITY_COLUMNS or trailing:
-            trailing.append(name)
-        else:
-            devices.append(name)
-    return devices, trailing
+def _clean_lines(text):
+    """The lines of a topo -m capture without escape sequences, whatever its line ends."""
+    text = _LOST_ESCAPE_RE.sub("", strip_ansi(text))
+    return re.split(r"\r\n|\r|\n", text)
 
 
-def _fit_trailing(cells, count):
-    """Match a row's trailing cells to `count` affinity columns.
+def _header_columns(line):
+    """(device columns, affinity columns) when `line` is the topo -m header, else None.
 
-    Recent drivers print an empty spacer cell before "GPU NUMA ID" ("0-31<TAB>0<TAB><TAB>N/A"),
-    so a row can carry one cell more than the header names; blank cells are real values too
-    (NIC rows, or a GPU without CPU affinity), so only the spacer before the last column goes.
+    The header names devices (GPU0 first, then GPUs and NICs, each ending in its number) and
+    then the affinity columns, whose names hold spaces; tabs, spaces or both may separate them.
+    Rows are never taken for the header: they carry an X on the diagonal, which names no device.
+    A column a newer driver adds after the affinity columns is kept (and not reported) when tabs
+    separate the names; in space-aligned text its words cannot be told from the next name's.
     """
-    cells = list(cells)
-    while len(cells) > count and count >= 2 and cells[-2] == "":
-        del cells[-2]
-    while len(cells) > count and cells and cells[-1] == "":
-        del cells[-1]
-    if len(cells) > count:
-        raise GpuTopologyParseError("unexpected cells after the affinity columns: %r" % cells)
-    return cells + [""] * (count - len(cells))
+    affinity = list(_AFFINITY_HEADER_RE.finditer(line))
+    devices = line[: affinity[0].start()].split() if affinity else line.split()
+    if not devices or not _GPU_LABEL_RE.match(devices[0]):
+        return None
+    if not all(_DEVICE_NAME_RE.match(name) for name in devices):
+        return None
+    if not affinity:
+        return devices, []
+    trailing = line[affinity[0].start() :]
+    if "\t" in trailing:
+        return devices, [" ".join(name.split()) for name in trailing.split("\t") if name.strip()]
+    unknown = _AFFINITY_HEADER_RE.sub("", trailing).strip()
+    if unknown:
+        raise GpuTopologyParseError(
+            "unknown column %r after the affinity columns (expected only %s) in the space-aligned header %r"
+            % (unknown, ", ".join(_AFFINITY_NAMES), line)
+        )
+    return devices, [" ".join(match.group().split()) for match in affinity]
+
+
+def _find_header(lines):
+    for number, line in enumerate(lines):
+        columns = _header_columns(line)
+        if columns:
+            return number, columns
+    mentions_gpu = [line for line in lines if re.search(r"\bGPU\d+\b", line)]
+    if mentions_gpu:
+        raise GpuTopologyParseError(
+            "no header row naming the GPU columns (GPU0 GPU1 ... CPU Affinity NUMA Affinity) before %r"
+            % mentions_gpu[0]
+        )
+    first = next((line for line in lines if line.strip()), "")
+    raise GpuTopologyParseError("no topology matrix in the topo -m output, it starts with %r" % first)
+
+
+def _matrix_lines(lines):
+    """Split the lines after the header into the matrix rows and what follows (the legends).
+
+    The matrix ends at a blank line or at the first legend line ("Legend:", "X = Self",
+    "NIC0: mlx5_0"): no row cell holds ":" or "=", so a legend without the blank line before it
+    (a log collector dropped it) still ends the matrix.
+    """
+    for number, line in enumerate(lines):
+        if not line.strip() or ":" in line or "=" in line:
+            return lines[:number], lines[number:]
+    return lines, []
+
+
+def _grid_cells(line, tab_size):
+    """Cells of a row whose tabs were expanded to spaces, or None if it is not on that tab grid.
+
+    nvidia-smi ends every cell with a tab, so after expansion each cell starts on a tab stop
+    (the self cell " X " shows its X one column later) and a blank cell is one more stop
+    skipped. Columns count from the row label, so a uniformly indented paste reads the same.
+    """
+    words = list(re.finditer(r"\S+", line))
+    indent = words[0].start()
+    cells = [words[0].group()]
+    end = words[0].end() - indent
+    for word in words[1:]:
+        start = word.start() - indent
+        if start % tab_size == 1 and word.group() == "X":
+            start -= 1
+        stops_passed = start // tab_size - end // tab_size
+        if start % tab_size or stops_passed < 1:
+            return None
+        cells.extend([""] * (stops_passed - 1) + [word.group()])
+        end = word.end() - indent
+    return cells
+
+
+def _tab_size(aligned_rows, header):
+    """The tab width the rows were expanded with (8, as terminals and `expand` use, or 4), or None.
+
+    Rows fit the grid of their width only. Where they fit both (one GPU, " X " and a single
+    value: "X" then a cell 16 columns on is one tab of 8 or three of 4), the header's leading
+    tab, if it survived, gives the width: GPU0 sits one tab in.
+    """
+    fitting = [size for size in _TAB_SIZES if all(_grid_cells(line, size) is not None for line in aligned_rows)]
+    if aligned_rows and "\t" not in header:
+        indent = len(aligned_rows[0]) - len(aligned_rows[0].lstrip())
+        header_lead = len(header) - len(header.lstrip()) - indent
+        if header_lead in fitting:
+            return header_lead
+    return fitting[0] if fitting else None
+
+
+def _fit_trailing(cells, names, line):
+    """Match a row's cells after the links to the affinity columns `names`.
+
+    Recent drivers print an empty spacer cell before "GPU NUMA ID" ("0-31<TAB>0<TAB><TAB>N/A")
+    and some rows end in tabs; blank cells are real values too (NIC rows, or a GPU without CPU
+    affinity), so only trailing blanks and that one spacer go.
+    """
+    cells = [cell.strip() for cell in cells]
+    while len(cells) > len(names) and cells[-1] == "":
+        cells.pop()
+    spacer = names.index("GPU NUMA ID") if "GPU NUMA ID" in names else None
+    if len(cells) == len(names) + 1 and spacer is not None and cells[spacer] == "":
+        del cells[spacer]
+    if len(cells) > len(names):
+        raise GpuTopologyParseError(
+            "%d cells after the links where the header names %d (%s): %r"
+            % (len(cells), len(names), ", ".join(names), line)
+        )
+    return dict(zip(names, cells + [""] * (len(names) - len(cells))))
+
+
+def _read_rows(matrix, header, columns, affinity_names):
+    """Read the matrix rows into {label: (links, {affinity column: cell}, line)}.
+
+    Tab-separated rows split on tabs. Rows whose tabs became spaces split on the tab grid they
+    were expanded with; hand-aligned rows (on no grid) split into words, which places the
+    affinity cells only when all of them or none are printed.
+    """
+    aligned = [line for line in matrix if "\t" not in line]
+    tab_size = _tab_size(aligned, header)
+    rows = {}
+    for line in matrix:
+        if "\t" in line:
+            cells = line.split("\t")
+        elif tab_size:
+            cells = _grid_cells(line, tab_size)
+        else:
+            cells = line.split()
+            printed = len(cells) - 1 - len(columns)
+            if 0 < printed < len(affinity_names):
+                raise GpuTopologyParseError(
+                    "cannot tell which of the columns %s the %d affinity cells fill: the row is aligned "
+                    "neither on tabs nor on 8- or 4-column tab stops: %r" % (", ".join(affinity_names), printed, line)
+                )
+        label = cells[0].strip()
+        if label not in columns:
+            raise GpuTopologyParseError(
+                "row %s is not a column of the header (%s): %r" % (label, " ".join(columns), line)
+            )
+        if label in rows:
+            raise GpuTopologyParseError("row %s appears twice in the topo -m output: %r" % (label, line))
+        links = [cell.strip() for cell in cells[1 : len(columns) + 1]]
+        if len(links) != len(columns) or not all(links):
+            raise GpuTopologyParseError(
+                "row %s has %d link cells for %d columns: %r"
+                % (label, len(list(filter(None, links))), len(columns), line)
+            )
+        rows[label] = (links, _fit_trailing(cells[len(columns) + 1 :], affinity_names, line), line)
+    return rows
 
 
 def _numa_node(numa_ids):
@@ -191,43 +330,18 @@ def parse_topo_matrix(text):
       matrix: the GPU x GPU link matrix as printed ("X" on the diagonal)
       nics: [{name, device, links}] for NIC rows (links: one cell per GPU, by GPU index)
     """
-    lines = strip_ansi(text).replace("\r\n", "\n").split("\n")
-    header_at = None
-    for number, line in enumerate(lines):
-        devices, _trailing = _split_header(line)
-        if devices and _GPU_LABEL_RE.match(devices[0]) and not _GPU_LABEL_RE.match(line.split("\t")[0].strip()):
-            header_at = number
-            break
-    if header_at is None:
-        if any("GPU0" in line for line in lines):
-            raise GpuTopologyParseError("no tab-separated header with GPU columns in the topo -m output")
-        raise GpuTopologyParseError("no topology matrix in the topo -m output: %r" % text[:200])
-    columns, trailing = _split_header(lines[header_at])
-    labels = set()
-    rows = {}
-    nic_legend = {}
-    in_matrix = True
-    for line in lines[header_at + 1 :]:
-        if in_matrix and (not line.strip() or line.strip().endswith(":")):
-            in_matrix = False
-        if not in_matrix:
-            match = _NIC_LEGEND_RE.match(line)
-            if match:
-                nic_legend[match.group(1)] = match.group(2)
-            continue
-        cells = line.split("\t")
-        label = cells[0].strip()
-        if label in labels:
-            raise GpuTopologyParseError("row %s appears twice in the topo -m output" % label)
-        labels.add(label)
-        links = [cell.strip() for cell in cells[1 : len(columns) + 1]]
-        if len(links) != len(columns) or any(not link for link in links):
-            raise GpuTopologyParseError(
-                "row %s has %d link cells for %d columns: %r" % (label, len(links), len(columns), line)
-            )
-        affinity = _fit_trailing([cell.strip() for cell in cells[len(columns) + 1 :]], len(trailing))
-        rows[label] = (links, dict(zip(trailing, affinity)))
+    lines = _clean_lines(text)
+    header_at, (columns, affinity_names) = _find_header(lines)
+    matrix_rows, legends = _matrix_lines(lines[header_at + 1 :])
+    rows = _read_rows(matrix_rows, lines[header_at], columns, affinity_names)
+    header = lines[header_at].strip()
+    nic_legend = dict(match.groups() for match in map(_NIC_LEGEND_RE.match, legends) if match)
 
+    without_row = [name for name in columns if name not in rows]
+    if without_row:
+        raise GpuTopologyParseError(
+            "rows and columns differ: no row for %s, which the header names: %r" % (", ".join(without_row), header)
+        )
     gpu_columns = [
         (position, int(_GPU_LABEL_RE.match(name).group(1)))
         for position, name in enumerate(columns)
@@ -235,18 +349,11 @@ def parse_topo_matrix(text):
     ]
     gpu_indexes = [index for _position, index in gpu_columns]
     if gpu_indexes != sorted(set(gpu_indexes)):
-        raise GpuTopologyParseError("GPU columns out of order or repeated: %s" % columns)
-    missing = [index for index in gpu_indexes if "GPU%d" % index not in rows]
-    extra = [label for label in rows if _GPU_LABEL_RE.match(label) and int(label[3:]) not in gpu_indexes]
-    if missing or extra:
-        raise GpuTopologyParseError(
-            "GPU rows and columns differ (rows without columns: %s, columns without rows: %s)"
-            % (extra, ["GPU%d" % index for index in missing])
-        )
+        raise GpuTopologyParseError("GPU columns out of order or repeated in the header %r" % header)
 
     gpus, matrix = [], []
     for index in gpu_indexes:
-        links, affinity = rows["GPU%d" % index]
+        links, affinity, _line = rows["GPU%d" % index]
         matrix.append([links[position] for position, _other in gpu_columns])
         numa_affinity = affinity.get("NUMA Affinity", "")
         cpu_affinity = affinity.get("CPU Affinity", "")
@@ -263,9 +370,10 @@ def parse_topo_matrix(text):
             }
         )
 
-    for row_number, row in enumerate(matrix):
-        if row[row_number] != "X":
-            raise GpuTopologyParseError("GPU%d's own cell is %r, not X" % (gpu_indexes[row_number], row[row_number]))
+    for position, name in enumerate(columns):
+        links_of_row, _affinity, line = rows[name]
+        if links_of_row[position] != "X":
+            raise GpuTopologyParseError("%s's own cell is %r, not X: %r" % (name, links_of_row[position], line))
 
     links = []
     for first in range(len(gpu_indexes)):
@@ -273,8 +381,8 @@ def parse_topo_matrix(text):
             links.append({"a": gpu_indexes[first], "b": gpu_indexes[second], "link": matrix[first][second]})
 
     nics = []
-    for position, name in enumerate(columns):
-        if _GPU_LABEL_RE.match(name) or name not in rows:
+    for name in columns:
+        if _GPU_LABEL_RE.match(name):
             continue
         links_of_nic = rows[name][0]
         nics.append(
@@ -284,8 +392,6 @@ def parse_topo_matrix(text):
                 "links": [links_of_nic[gpu_position] for gpu_position, _index in gpu_columns],
             }
         )
-        if links_of_nic[position] != "X":
-            raise GpuTopologyParseError("%s's own cell is %r, not X" % (name, links_of_nic[position]))
 
     return {"gpus": gpus, "links": links, "matrix": matrix, "nics": nics}
 

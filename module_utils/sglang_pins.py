@@ -186,20 +186,46 @@ def _version_key(version):
     return (tuple(release), match.group(2))
 
 
+def _local_label(label):
+    """PEP 440 normal form of a local version label: case and the separators '-', '_', '.'
+    do not matter ('CU130' == 'cu130', 'rocm-6.4' == 'rocm.6.4')."""
+    return re.sub(r"[-_.]", ".", label.strip().lower())
+
+
 def versions_equal(wanted, installed):
-    """PEP 440 '==' in the cases pins meet: '2.13.0' matches '2.13.0+cpu' (a pin without a
-    local label ignores the installed one's), '2.13.0+cpu' only matches '2.13.0+cpu'."""
+    """PEP 440 '==' in the cases pins meet: '2.9.1' matches '2.9.1+cu130' (a pin without a
+    local label ignores the installed one's), '2.9.1+cu130' only matches '2.9.1+cu130'.
+
+    That is what lets PyTorch's cu130 build satisfy SGLang's own 'torch==2.9.1', while a pin
+    of a package source ('torch==2.9.1+cu130') still tells that build from PyPI's."""
     if installed is None:
         return False
     wanted_public, _, wanted_local = wanted.partition("+")
     installed_public, _, installed_local = installed.partition("+")
-    if wanted_local and wanted_local.lower() != installed_local.lower():
+    if wanted_local and _local_label(wanted_local) != _local_label(installed_local):
         return False
     return _version_key(wanted_public) == _version_key(installed_public)
 
 
+def source_pins(sources):
+    """The pins of the package sources (sglang_install_sources entries: name, pins, ...), parsed,
+    each with 'origin' set to its source's name. Every pin must be exact ('torch==2.9.1+cu130'):
+    a pin is what picks a source's build out of everything pip sees."""
+    parsed = []
+    for source in sources or []:
+        name = source.get("name") or "unnamed source"
+        for text in source.get("pins") or []:
+            requirement = parse_requirement(text)
+            if requirement["pin"] is None or requirement["marker"] or requirement["extras"]:
+                raise RequirementError(
+                    "package source %r: pin %r is not an exact 'name==version' pin" % (name, text))
+            requirement["origin"] = name
+            parsed.append(requirement)
+    return parsed
+
+
 def find_drift(wanted, installed, release=None, release_requires=None, exclude=(),
-               require_release_deps=False, marker_results=None):
+               require_release_deps=False, marker_results=None, pinned_sources=()):
     """What differs between the wanted state and what the target interpreter has.
 
     wanted            parsed requirements that must be installed (pins: at that version;
@@ -213,6 +239,9 @@ def find_drift(wanted, installed, release=None, release_requires=None, exclude=(
                       with False (--no-deps installs) only installed ones must match.
     marker_results    {Requires-Dist entry: True/False/None} evaluated by the target; False
                       entries do not apply, None (unknown) ones count as applying.
+    pinned_sources    source_pins() of the package sources: constraints, so an installed
+                      package must be at its source's pin (label included); a missing one is
+                      left to the other checks (a source only picks the build of what is pulled in).
     Returns a list of {name, wanted, installed, source} dicts, in a stable order.
     """
     drift = []
@@ -229,6 +258,10 @@ def find_drift(wanted, installed, release=None, release_requires=None, exclude=(
             drift.append(_drift(requirement, have, "requested"))
         elif requirement["pin"] is not None and not versions_equal(requirement["pin"], have):
             drift.append(_drift(requirement, have, "requested"))
+    for pin in pinned_sources:
+        have = installed.get(pin["canonical"])
+        if have is not None and not versions_equal(pin["pin"], have):
+            drift.append(_drift(pin, have, "pin of source %s" % pin["origin"]))
     if release is None or release_requires is None:
         return drift
     marker_results = marker_results or {}

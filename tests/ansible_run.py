@@ -77,6 +77,9 @@ def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, t
             cmdline=" ".join(cmdline) or None,
             envvars={
                 "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                # ansible-runner sets this variable, which hides ansible.cfg's callback_plugins; it
+                # keeps a value given here, so the project's callbacks load for any playbook.
+                "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
                 # ansible-runner looks for ansible-playbook on PATH: use the project venv's.
                 "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
                 **(envvars or {}),

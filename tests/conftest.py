@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,30 @@ from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-positi
 # Test nodes of the suite live apart from the quickstart's node (.testnodes/), one folder per
 # pytest-xdist worker (each worker has its own session, so its own converged node).
 STATE_ROOT = REPO / ".cache" / "pytest-testnodes" / os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@pytest.fixture(scope="session")
+def project_module():
+    """Load a Python file of the project (a filter, module or script) by its path from the repository root.
+
+    Plugins and role scripts are not packages, so tests load them by path; each file is loaded
+    once per session. `as_name` also registers it in sys.modules under that name, e.g. the
+    ansible.module_utils name a module imports it by at run time.
+    """
+    loaded = {}
+
+    def load(relative_path, as_name=None):
+        if relative_path not in loaded:
+            path = REPO / relative_path
+            spec = importlib.util.spec_from_file_location(as_name or path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            if as_name:
+                sys.modules[as_name] = module
+            spec.loader.exec_module(module)
+            loaded[relative_path] = module
+        return loaded[relative_path]
+
+    return load
 
 
 @pytest.fixture(scope="session")

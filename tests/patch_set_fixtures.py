@@ -24,6 +24,7 @@ if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 
 from ansible.module_utils import package_patch as pp  # noqa: E402  pylint: disable=wrong-import-position
+from ansible.module_utils import unified_diff as ud  # noqa: E402  pylint: disable=wrong-import-position
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +39,7 @@ def set_meta():
 
 @pytest.fixture(scope="session")
 def patches(set_meta):
-    return [pp.parse_patch(name, (SET_DIR / name).read_bytes()) for name in set_meta["patches"]]
+    return [ud.parse_patch(name, (SET_DIR / name).read_bytes()) for name in set_meta["patches"]]
 
 
 @pytest.fixture(scope="session")
@@ -57,9 +58,9 @@ def record(wheel):
 def pristine(wheel, patches):
     """Pristine bytes of every file the set touches, straight from the wheel."""
     with zipfile.ZipFile(wheel) as zf:
-        return {path: zf.read(path) for path in pp.target_paths(patches)}
+        return {path: zf.read(path) for path in ud.target_paths(patches)}
 
 
 @pytest.fixture(scope="session")
 def patched(pristine, patches):
-    return {path: pp.apply_patches(data, path, patches) for path, data in pristine.items()}
+    return {path: ud.apply_patches(data, path, patches) for path, data in pristine.items()}

@@ -19,8 +19,8 @@ def _main_pid(node):
 
 
 def _environ(node):
-    pid = _main_pid(node)
-    return node.ssh(f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.split()
+    """The server's environment, NAME=value each (/proc/PID/environ holds NUL-terminated strings)."""
+    return node.testinfra_host().file(f"/proc/{_main_pid(node)}/environ").content_string.split("\0")[:-1]
 
 
 def _healthy(node):
@@ -29,7 +29,7 @@ def _healthy(node):
 
 
 def _sha(node, path):
-    return node.ssh(f"sha256sum {path}").stdout.split()[0]
+    return node.testinfra_host().file(path).sha256sum
 
 
 @pytest.fixture(scope="module")

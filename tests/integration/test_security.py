@@ -25,31 +25,31 @@ PORT = expected.testnode_vars()["sglang_server_args"]["port"]
 MAX_EXPOSURE = 3.0
 
 
-def _status(node, pid):
-    text = node_state.ssh(node, f"cat /proc/{pid}/status")
+def _status(host, pid):
+    text = host.file(f"/proc/{pid}/status").content_string
     return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 
 
-def test_server_runs_as_a_dedicated_unprivileged_user(converged_node):
-    node = converged_node.node
-    pid = node_state.main_pid(node)
-    uid = int(_status(node, pid)["Uid"].split()[0])
-    name, _, account_uid, _, _, home, shell = node_state.ssh(node, "getent passwd sglang").strip().split(":")
-    assert uid == int(account_uid) and name == "sglang"
+def test_server_runs_as_a_dedicated_unprivileged_user(converged_node, host):
+    pid = node_state.main_pid(converged_node.node)
+    uid = int(_status(host, pid)["Uid"].split()[0])
+    account = host.user("sglang")
+    assert account.exists and uid == account.uid
     assert 0 < uid < 1000, f"uid {uid} is not a system account"  # Debian: SYS_UID_MAX 999
-    assert shell in ("/usr/sbin/nologin", "/bin/false"), shell
-    assert node_state.ssh(node, f"stat -c %U {home} 2>/dev/null || echo none").strip() in ("sglang", "none")
+    assert account.shell in ("/usr/sbin/nologin", "/bin/false"), account.shell
+    home = host.file(account.home)
+    assert not home.exists or home.user == "sglang", f"{account.home} belongs to {home.user}"
     # dedicated: nothing else on the node runs as that user
-    owned = node_state.ssh(node, "ps -o pid= -u sglang").split()
-    tree = node_state.ssh(node, f"ps -o pid= --ppid {pid} || true").split() + [str(pid)]
-    assert set(owned) <= set(tree), f"other processes run as sglang: {set(owned) - set(tree)}"
+    owned = {process.pid for process in host.process.filter(user="sglang")}
+    tree = {process.pid for process in host.process.filter(ppid=pid)} | {pid}
+    assert owned <= tree, f"other processes run as sglang: {owned - tree}"
 
 
-def test_server_is_reachable_only_on_its_configured_address(converged_node):
+def test_server_is_reachable_only_on_its_configured_address(converged_node, host):
     node = converged_node.node
-    listening = node_state.ssh(node, f"ss -Htln 'sport = :{PORT}'").split("\n")
-    addresses = sorted({line.split()[3] for line in listening if line.strip()})
-    assert addresses == [f"127.0.0.1:{PORT}"]
+    listening = [address for address in host.socket.get_listening_sockets()
+                 if address.startswith("tcp://") and address.endswith(f":{PORT}")]
+    assert listening == [f"tcp://127.0.0.1:{PORT}"]
     # the node's own address answers (SSH) but refuses the server's port
     socket.create_connection((node.ip, 22), timeout=5).close()
     with pytest.raises(ConnectionRefusedError):
@@ -101,7 +101,7 @@ def vaulted_inventory(converged_node, tmp_path):
 
 
 def test_vaulted_secrets_reach_the_server_through_0600_files_only_and_never_the_output(
-    converged_node, vaulted_inventory
+    converged_node, vaulted_inventory, host
 ):
     inventory, password, values = vaulted_inventory
     node = converged_node.node
@@ -123,12 +123,13 @@ def test_vaulted_secrets_reach_the_server_through_0600_files_only_and_never_the_
         holders |= set(found.split())
     assert holders == {node_state.SECRETS_FILE, f"{node_state.LAST_GOOD}/sglang.secrets.env"}, holders
     for path in holders:
-        assert node_state.ssh(node, f"stat -c '%U %a' {path}").strip() == "root 600", path
+        holder = host.file(path)
+        assert (holder.user, holder.mode) == ("root", 0o600), path
     journal = node.ssh("journalctl --no-pager -o cat -u sglang.service").stdout
     assert not any(value in journal for value in values.values())
 
 
-def test_unit_is_hardened_and_the_gpus_stay_reachable(converged_node):
+def test_unit_is_hardened_and_the_gpus_stay_reachable(converged_node, host):
     node = converged_node.node
     wanted = {
         "User": "sglang",
@@ -156,14 +157,14 @@ def test_unit_is_hardened_and_the_gpus_stay_reachable(converged_node):
 
     # the running server really is confined
     pid = node_state.main_pid(node)
-    status = _status(node, pid)
+    status = _status(host, pid)
     assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2"
     assert {status[c] for c in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {"0000000000000000"}
 
     # NVIDIA's device nodes (made here, as the driver would) are visible inside the server's /dev
     made = []
     for dev, minor in (("/dev/nvidiactl", 255), ("/dev/nvidia0", 0)):
-        if node.ssh(f"test -e {dev}").returncode != 0:
+        if not host.file(dev).exists:
             node_state.ssh(node, f"mknod -m 0666 {dev} c 195 {minor}")
             made.append(dev)
     try:

@@ -17,15 +17,8 @@ ENVIRON = "sglang/srt/environ.py"
 WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
 TAGS = ["sglang_patches"]
 
-# Prints "<path> <sha256 hex> <RECORD sha256 hex>" for each path given, via importlib.metadata.
-RECORD_CHECK = (
-    "import base64, hashlib, importlib.metadata as m, sys\n"
-    "d = m.distribution('sglang')\n"
-    "for f in d.files:\n"
-    "    if str(f) in sys.argv[1:]:\n"
-    "        print(f, hashlib.sha256(f.locate().read_bytes()).hexdigest(),"
-    " base64.urlsafe_b64decode(f.hash.value + '==').hex())\n"
-)
+# Prints "<path> <sha256 hex> <RECORD sha256 hex>" for each path given; run on the node with -c.
+RECORD_CHECK = (Path(__file__).resolve().parent / "sglang_record_check.py").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +37,7 @@ def _ssh(node, command):
 
 
 def _manifest(node, paths):
-    return json.loads(_ssh(node, f"cat {shlex.quote(paths.manifest)}"))
+    return json.loads(node.node.testinfra_host().file(paths.manifest).content_string)
 
 
 def _file(node, paths, rel):
@@ -137,7 +130,7 @@ def test_updated_patch_replaces_the_old_result_never_stacks(node, paths, tmp_pat
     assert run.rc == 0, run.failure_messages()
     actions = {f["path"]: f["action"] for f in _patch_result(run)["files"]}
     assert actions[ENVIRON] == "update" and actions[WORKER] == "ok"
-    source = _ssh(node, f"cat {shlex.quote(_file(node, paths, ENVIRON))}")
+    source = node.node.testinfra_host().file(_file(node, paths, ENVIRON)).content_string
     assert "or leave it unset" in source and "or unset it" not in source
     assert source.count("class EnvStrictBool(EnvBool):") == 1
 
@@ -167,4 +160,4 @@ def test_state_absent_restores_record_bytes_and_removes_the_manifest(node, paths
     run = node.converge(tags=TAGS, extravars={"sglang_patches_state": "absent"})
     assert run.rc == 0, run.failure_messages()
     assert all(disk == record for disk, record in _hashes(node, paths).values())
-    assert node.ssh(f"test -e {shlex.quote(paths.manifest)}").returncode != 0
+    assert not node.node.testinfra_host().file(paths.manifest).exists

@@ -15,6 +15,11 @@ def _main_pid(host):
     return int(host.check_output(f"systemctl show --property=MainPID --value {SERVICE}"))
 
 
+def _proc_strings(host, pid, name):
+    """/proc/PID/cmdline or environ: NUL-terminated strings."""
+    return host.file(f"/proc/{pid}/{name}").content_string.split("\0")[:-1]
+
+
 def _server_info(host):
     return json.loads(host.check_output("curl -sf http://127.0.0.1:30000/server_info"))
 
@@ -45,13 +50,12 @@ def test_server_runs_as_the_service_user_with_the_intended_argv(host):
     status = host.file(f"/proc/{pid}/status").content_string
     uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
     assert host.user("sglang").uid == int(uid) != 0
-    cmdline = host.check_output(f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
-    assert cmdline == expected.exec_argv()
+    assert _proc_strings(host, pid, "cmdline") == expected.exec_argv()
 
 
 def test_server_environment_comes_from_the_environment_file(host):
     pid = _main_pid(host)
-    environ = host.check_output(f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+    environ = _proc_strings(host, pid, "environ")
     for name, value in expected.testnode_vars()["sglang_service_environment"].items():
         assert f"{name}={value}" in environ
     env_file = host.file("/etc/sglang/sglang.env")

@@ -199,7 +199,7 @@ def test_role_fails_once_listing_every_mismatch(role_outcome):
     # The driver check passed on the H200 double's banner (CUDA 13.0 >= 13.0); nvcc is absent, so not checked.
     assert listed(message) == [
         "stack_verify_expected_torch_version: expected 2.9.1, found 2.13.0+cpu",
-        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, or a +cu130 build), "
+        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, the CUDA torch was built for), "
         "found none (torch 2.13.0+cpu is not a CUDA build)",
         "stack_verify_expected_cuda_available: expected true, found false",
         "stack_verify_expected_device_count: expected 8 CUDA device(s), found 0",

@@ -204,6 +204,37 @@ def test_unreadable_output_fails_with_what_was_printed(monkeypatch, capsys, nvid
     assert result["topo_m"] == "something else entirely\n"
 
 
+CANONICAL_TOPO = (CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt").read_text(encoding="utf-8")
+# The canonical capture as other drivers, terminals and pastes print it (issue 20); the parser's
+# tests try every shape on every capture, these check the module's facts end to end.
+TOPO_SHAPES = {
+    "tabs expanded to spaces": CANONICAL_TOPO.expandtabs(8),
+    "ESC bytes lost, header's leading tab stripped": CANONICAL_TOPO.replace("\x1b", "").lstrip(),
+    "rows ending in a tab": re.sub(r"\tN/A$", "\tN/A\t", CANONICAL_TOPO, flags=re.M),
+    "no GPU NUMA ID column, expanded": re.sub(r"\t(GPU NUMA ID|\tN/A$)", "", CANONICAL_TOPO, flags=re.M).expandtabs(8),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TOPO_SHAPES))
+def test_every_shape_of_topo_m_gives_the_same_facts(monkeypatch, capsys, nvidia_smi, shape):
+    assert TOPO_SHAPES[shape] != CANONICAL_TOPO
+    clean = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, FakeNvidiaSmi("rtx-pro-6000-8x"))
+    fake = FakeNvidiaSmi("rtx-pro-6000-8x", answers={"topo": (0, TOPO_SHAPES[shape], "")})
+    shaped = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    assert shaped["exit_code"] == 0
+    assert shaped["ansible_facts"] == clean["ansible_facts"]
+
+
+def test_matrix_missing_a_row_fails_quoting_the_header(monkeypatch, capsys, nvidia_smi):
+    without_gpu7 = re.sub(r"^GPU7\t.*\n", "", CANONICAL_TOPO, flags=re.M)
+    fake = FakeNvidiaSmi("rtx-pro-6000-8x", answers={"topo": (0, without_gpu7, "")})
+    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    assert result["failed"] is True
+    assert "rows and columns differ: no row for GPU7" in result["msg"]
+    assert "GPU6\\tGPU7\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID" in result["msg"]
+    assert result["topo_m"] == without_gpu7
+
+
 def test_documentation_is_complete():
     import yaml  # pylint: disable=import-outside-toplevel
 

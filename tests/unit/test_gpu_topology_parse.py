@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 SOURCES = FIXTURES / "sources"
+DRIVER_DOWN = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 
 _spec = importlib.util.spec_from_file_location("gpu_topology_parse", REPO / "module_utils" / "gpu_topology_parse.py")
 parse = importlib.util.module_from_spec(_spec)
@@ -288,12 +289,281 @@ def test_every_parser_only_capture_has_a_symmetric_matrix(name):
     assert all(matrix[a][b] == matrix[b][a] for a in range(size) for b in range(size))
 
 
+# --- every shape of a capture reads as the clean capture does ---------------------------------
+# Escape codes, blank or N/A cells, no GPU NUMA ID column, tabs expanded to spaces: each variant is
+# made here from the captures above and must give the very facts the capture itself gives.
+
+ALL_CAPTURES = [CAPTURES / name / "topo-m.txt" for name in REPLAYABLE] + [
+    FIXTURES / name / "topo-m.txt" for name in PARSER_ONLY
+]
+AFFINITY_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+def matrix_line_numbers(text):
+    """Numbers of the header and row lines of a topo -m capture (up to the first blank line)."""
+    lines = text.split("\n")
+    header = next(number for number, line in enumerate(lines) if "GPU0" in line)
+    end = next((number for number in range(header, len(lines)) if not lines[number].strip()), len(lines))
+    return range(header, end)
+
+
+def change_matrix_lines(text, change):
+    lines = text.split("\n")
+    for number in matrix_line_numbers(text):
+        lines[number] = change(lines[number])
+    return "\n".join(lines)
+
+
+def device_count(text):
+    header = parse.strip_ansi(text.split("\n")[matrix_line_numbers(text)[0]])
+    return len([name for name in header.split("\t") if name.strip() and name.strip() not in AFFINITY_NAMES])
+
+
+def escapes_around_every_cell(text):
+    """Bold-underlined header cells and coloured row labels, reset the way `tput sgr0` does."""
+
+    def colour(line):
+        cells = line.split("\t")
+        painted = ["\x1b[1;4m%s\x1b(B\x1b[m" % cell if cell else cell for cell in cells[1:]]
+        return "\t".join(["\x1b[32m%s\x1b[0m" % cells[0] if cells[0] else ""] + painted)
+
+    return "\x1b]0;nvidia-smi topo -m\x07" + change_matrix_lines(parse.strip_ansi(text), colour)
+
+
+def without_gpu_numa_id(text):
+    """The capture as a driver without the GPU NUMA ID column prints it (the values were all N/A)."""
+    count = device_count(text)
+
+    def drop(line):
+        if "GPU NUMA ID" in line:
+            return line.replace("\tGPU NUMA ID", "")
+        cells = line.split("\t")
+        assert all(cell.strip() in ("", "N/A") for cell in cells[count + 3 :]), line  # the spacer and the N/A
+        return "\t".join(cells[: count + 3])
+
+    return change_matrix_lines(text, drop) if "GPU NUMA ID" in text else text
+
+
+def na_cells_blank(text):
+    return re.sub(r"(?<=\t)N/A(?=\t|$)", "", text, flags=re.M)
+
+
+def single_spaces(text):
+    """A capture copied from a rendered web page: every run of blanks is one space."""
+    return "\n".join(" ".join(line.split()) for line in parse.strip_ansi(text).split("\n"))
+
+
+def expanded(tab_size, indent=""):
+    return lambda text: "\n".join(indent + line for line in text.expandtabs(tab_size).split("\n"))
+
+
+SHAPES = {
+    "escapes stripped": parse.strip_ansi,
+    "escapes around every cell, tput sgr0 resets, a title": escapes_around_every_cell,
+    "ESC byte lost in a paste ([4mGPU0)": lambda text: text.replace("\x1b", ""),
+    "escapes in caret notation (^[[4m)": lambda text: text.replace("\x1b", "^["),
+    "leading tab of the header stripped": lambda text: text.lstrip(),
+    "CRLF line ends": lambda text: text.replace("\n", "\r\n"),
+    "rows end in a tab": lambda text: change_matrix_lines(text, lambda line: line + "\t"),
+    "trailing blanks stripped": lambda text: "\n".join(line.rstrip() for line in text.split("\n")),
+    "N/A cells blank": na_cells_blank,
+    "no GPU NUMA ID column": without_gpu_numa_id,
+    "expand (tab stops every 8)": expanded(8),
+    "expand -t 4": expanded(4),
+    "expand, escapes stripped first": lambda text: parse.strip_ansi(text).expandtabs(8),
+    "expand, indented 4 (markdown code block)": expanded(8, "    "),
+    "expand, trailing blanks stripped": lambda text: "\n".join(line.rstrip() for line in expanded(8)(text).split("\n")),
+    "expand, N/A cells blank": lambda text: expanded(8)(na_cells_blank(text)),
+    "expand -t 4, N/A cells blank": lambda text: expanded(4)(na_cells_blank(text)),
+    "expand, no GPU NUMA ID column": lambda text: expanded(8)(without_gpu_numa_id(text)),
+    "expand, ESC byte lost": lambda text: expanded(8)(text.replace("\x1b", "")),
+}
+
+
+def shape_cases():
+    """Every (capture, shape) pair where the shape changes the capture's text."""
+    for path in ALL_CAPTURES:
+        text = read(path)
+        for name, shape in SHAPES.items():
+            if shape(text) != text:
+                yield pytest.param(path, name, id="%s: %s" % (path.parent.name, name))
+
+
+@pytest.mark.parametrize("path, shape", list(shape_cases()))
+def test_every_shape_reads_as_the_clean_capture(path, shape):
+    text = read(path)
+    assert parse.parse_topo_matrix(SHAPES[shape](text)) == parse.parse_topo_matrix(text)
+
+
+def test_every_shape_is_tried_on_some_capture():
+    tried = {case.values[1] for case in shape_cases()}
+    assert sorted(set(SHAPES) - tried) == []
+
+
+@pytest.mark.parametrize("name", sorted({path.parent.name for path in ALL_CAPTURES} - {"nic-rows-between-mlx5"}))
+def test_single_spaced_capture_reads_the_same_when_no_affinity_cell_is_blank(name):
+    path = CAPTURES / name / "topo-m.txt" if name in REPLAYABLE else FIXTURES / name / "topo-m.txt"
+    text = read(path)
+    assert parse.parse_topo_matrix(single_spaces(text)) == parse.parse_topo_matrix(text)
+
+
+def test_single_spaced_row_with_a_blank_affinity_cell_is_refused_not_guessed():
+    text = single_spaces(read(FIXTURES / "nic-rows-between-mlx5" / "topo-m.txt"))
+    with pytest.raises(parse.GpuTopologyParseError, match="cannot tell which of the columns") as refused:
+        parse.parse_topo_matrix(text)
+    assert repr("GPU2 SYS SYS SYS X PIX PXB 1") in str(refused.value)
+
+
+def blank_cells(text, blanks, values=None):
+    """The capture with the affinity cells `blanks` ({gpu index: [column name]}) left empty and the
+    cells `values` ({gpu index: {column name: value}}) set, in nvidia-smi's tab layout."""
+    count = device_count(text)
+    where = {"CPU Affinity": count + 1, "NUMA Affinity": count + 2, "GPU NUMA ID": count + 4}  # + 3: the spacer
+
+    def edit(line):
+        cells = line.split("\t")
+        index = int(cells[0][3:]) if re.match(r"^GPU\d+$", cells[0]) else None
+        for name in blanks.get(index, []):
+            cells[where[name]] = ""
+        for name, value in (values or {}).get(index, {}).items():
+            cells[where[name]] = value
+        return "\t".join(cells)
+
+    return change_matrix_lines(text, edit)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "escapes stripped",
+        "rows end in a tab",
+        "expand (tab stops every 8)",
+        "expand -t 4",
+        "expand, indented 4 (markdown code block)",
+    ],
+)
+def test_blank_affinity_cells_are_unknown_in_their_own_column(shape):
+    """Which cell is blank shows only in the layout: the facts must name the right column."""
+    text = read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt")
+    blanks = {1: ["CPU Affinity"], 2: ["NUMA Affinity"], 3: ["CPU Affinity", "NUMA Affinity"], 4: ["NUMA Affinity"]}
+    edited = blank_cells(text, blanks, values={4: {"GPU NUMA ID": "2"}, 5: {"CPU Affinity": "64-127,192-238,240-255"}})
+    expected = parse.parse_topo_matrix(text)
+    for index in (1, 3):
+        expected["gpus"][index]["cpu_affinity"] = None
+    for index in (2, 3, 4):
+        expected["gpus"][index].update(numa_affinity=None, numa_nodes=[], numa_node=None)
+    expected["gpus"][4]["gpu_numa_id"] = 2
+    expected["gpus"][5]["cpu_affinity"] = "64-127,192-238,240-255"  # 22 characters: spans three tab stops
+    assert parse.parse_topo_matrix(SHAPES[shape](edited)) == expected
+
+
+def topo_m(gpu_count, link=lambda a, b: "NV18", nic_count=0):
+    """topo -m text in nvidia-smi's own layout (as in the real captures): `link(a, b)` joins GPUs a < b;
+    each NIC hangs off GPU 0's switch and the NIC legend names them all."""
+    names = ["GPU%d" % index for index in range(gpu_count)] + ["NIC%d" % index for index in range(nic_count)]
+
+    def cell(a, b):
+        if a == b:
+            return " X "
+        if a < gpu_count and b < gpu_count:
+            return link(min(a, b), max(a, b))
+        return "PIX" if 0 in (a, b) or min(a, b) >= gpu_count else "NODE"
+
+    lines = ["\t\x1b[4m" + "\t".join(names + list(AFFINITY_NAMES)) + "\x1b[0m"]
+    for a, name in enumerate(names):
+        affinity = ["0-31", "0", "", "N/A"] if a < gpu_count else ["", "", "", ""]
+        lines.append("\t".join([name] + [cell(a, b) for b in range(len(names))] + affinity))
+    legend = read(CAPTURES / "h200-2x-nvlink" / "topo-m.txt").split("\n\n", 1)[1]
+    lines += ["", legend.rstrip("\n")]
+    if nic_count:
+        lines += ["", "NIC Legend:", ""] + ["  NIC%d: mlx5_%d" % (index, index) for index in range(nic_count)] + [""]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("gpu_count", range(1, 17))
+def test_one_to_sixteen_gpus_in_tabs_and_in_spaces(gpu_count):
+    text = topo_m(gpu_count)
+    result = parse.parse_topo_matrix(text)
+    assert [gpu["index"] for gpu in result["gpus"]] == list(range(gpu_count))
+    assert link_map(result) == {pair: "NV18" for pair in combinations(range(gpu_count), 2)}
+    assert parse.classify_interconnect(result["links"], gpu_count) == ("nvlink" if gpu_count > 1 else "none")
+    assert parse.parse_topo_matrix(text.expandtabs(8)) == parse.parse_topo_matrix(text.expandtabs(4)) == result
+
+
+@pytest.mark.parametrize("link", ["NV%d" % count for count in range(1, 19)] + ["PIX", "PXB", "PHB", "NODE", "SYS"])
+def test_every_link_kind_in_tabs_and_in_spaces(link):
+    text = topo_m(3, link=lambda a, b: link if (a, b) == (0, 1) else "SYS")
+    for shape in (text, text.expandtabs(8), text.expandtabs(4)):
+        result = parse.parse_topo_matrix(shape)
+        assert link_map(result) == {(0, 1): link, (0, 2): "SYS", (1, 2): "SYS"}
+        assert parse.classify_interconnect(result["links"], 3) == ("mixed" if parse.is_nvlink(link) else "pcie")
+
+
+@pytest.mark.parametrize("nic_count", [1, 4, 12, 18])
+def test_nic_rows_and_a_nic_legend_of_any_length(nic_count):
+    text = topo_m(8, nic_count=nic_count)
+    result = parse.parse_topo_matrix(text)
+    assert [nic["name"] for nic in result["nics"]] == ["NIC%d" % index for index in range(nic_count)]
+    assert [nic["device"] for nic in result["nics"]] == ["mlx5_%d" % index for index in range(nic_count)]
+    assert result["nics"][-1]["links"] == ["PIX"] + ["NODE"] * 7
+    assert all(gpu["cpu_affinity"] == "0-31" and gpu["gpu_numa_id"] is None for gpu in result["gpus"])
+    assert parse.parse_topo_matrix(text.expandtabs(8)) == parse.parse_topo_matrix(text.expandtabs(4)) == result
+
+
+@pytest.mark.parametrize(
+    "cut_after", ["NIC Legend:", "  NIC0: mlx5_0\n", "  NIC2: mlx5_2\n", "  NIC3:", "  X    = Self\n"]
+)
+def test_truncated_legend_leaves_the_unlisted_nics_by_name(cut_after):
+    """A capture cut short in its legends: the matrix is whole, NICs the legend no longer lists keep their name."""
+    text = topo_m(4, nic_count=6)
+    truncated = text[: text.index(cut_after) + len(cut_after)]
+    listed = [int(number) for number in re.findall(r"NIC(\d+): mlx5", truncated)]
+    result = parse.parse_topo_matrix(truncated)
+    assert [nic["device"] for nic in result["nics"]] == [
+        "mlx5_%d" % index if index in listed else "NIC%d" % index for index in range(6)
+    ]
+    assert result["gpus"] == parse.parse_topo_matrix(text)["gpus"]
+
+
+def test_legend_right_after_the_matrix_without_a_blank_line():
+    text = topo_m(2, nic_count=2)
+    squeezed = "\n".join(line for line in text.split("\n") if line.strip())
+    assert parse.parse_topo_matrix(squeezed) == parse.parse_topo_matrix(text)
+
+
+def test_single_gpu_with_every_affinity_blank_in_spaces():
+    """A single GPU with blank CPU and NUMA affinity: the GPU NUMA ID after them keeps its column."""
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t\t\t\tN/A\n"
+    expected = {
+        "gpus": [
+            {
+                "index": 0,
+                "cpu_affinity": None,
+                "numa_affinity": None,
+                "numa_nodes": [],
+                "numa_node": None,
+                "gpu_numa_id": None,
+            }
+        ],
+        "links": [],
+        "matrix": [["X"]],
+        "nics": [],
+    }
+    assert parse.parse_topo_matrix(text) == parse.parse_topo_matrix(text.expandtabs(8)) == expected
+    with_id = text.replace("N/A", "1")
+    assert parse.parse_topo_matrix(with_id.expandtabs(8))["gpus"][0]["gpu_numa_id"] == 1
+    # Expanded by 4, this row reads as well with tab stops of 8 (one blank cell): the header's leading
+    # tab, 4 columns wide, says which.
+    assert parse.parse_topo_matrix(with_id.expandtabs(4))["gpus"][0]["gpu_numa_id"] == 1
+
+
 # --- edge cases -----------------------------------------------------------------------------
 
 
 def test_ansi_escapes_are_stripped():
     assert parse.strip_ansi("\t\x1b[4mGPU0\tGPU1\x1b[0m") == "\tGPU0\tGPU1"
     assert parse.strip_ansi("\x1b[1;4mA\x1b[0m\x1b[2KB") == "AB"
+    assert parse.strip_ansi("\x1b]0;title\x07\x1b[4mA\x1b(B\x1b[m\x9b4mB\x9b0m") == "AB"  # OSC, tput sgr0, 8-bit CSI
     raw = read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt")
     assert "\x1b[4m" in raw  # the real capture carries them
     assert parse.parse_topo_matrix(raw) == parse.parse_topo_matrix(parse.strip_ansi(raw))
@@ -331,21 +601,6 @@ def test_numa_affinity_spanning_nodes_has_no_single_node():
     gpu = parse.parse_topo_matrix(text)["gpus"][0]
     assert gpu["numa_nodes"] == [0, 1]
     assert gpu["numa_node"] is None
-
-
-def test_sixteen_gpus():
-    n = 16
-    header = (
-        "\t\x1b[4m" + "\t".join("GPU%d" % i for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-    )
-    rows = "".join(
-        "GPU%d\t" % i + "\t".join(" X " if i == j else "NV18" for j in range(n)) + "\t0-31\t0\t\tN/A\n"
-        for i in range(n)
-    )
-    result = parse.parse_topo_matrix(header + rows)
-    assert len(result["links"]) == n * (n - 1) // 2
-    assert result["links"][-1] == {"a": 14, "b": 15, "link": "NV18"}
-    assert parse.classify_interconnect(result["links"], n) == "nvlink"
 
 
 @pytest.mark.parametrize(
@@ -441,20 +696,60 @@ def test_query_errors(text, message):
 
 
 @pytest.mark.parametrize(
-    "text, message",
+    "text, message, offending_line",
     [
-        ("", "no topology matrix"),
-        ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "no topology matrix"),
-        ("      GPU0    GPU1\nGPU0     X      NV1\nGPU1    NV1      X\n", "no tab-separated header"),
-        ("\tGPU0\tGPU1\nGPU0\t X \tNV1\n", "GPU rows and columns differ"),
-        ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV1\t X \n", "has 1 link cells for 2 columns"),
-        ("\tGPU0\tGPU1\nGPU0\tPIX\tNV1\nGPU1\tNV1\t X \n", "not X"),
-        ("\tGPU0\nGPU0\t X \nGPU0\t X \n", "appears twice"),
+        ("", "no topology matrix", ""),
+        (DRIVER_DOWN, "no topology matrix", DRIVER_DOWN),
+        ("GPU0\t X \tNV1\nGPU1\tNV1\t X \n", "no header row naming the GPU columns", "GPU0\t X \tNV1"),
+        ("\tGPU0\tGPU1\nGPU0\t X \tNV1\n", "rows and columns differ: no row for GPU1", "GPU0\tGPU1"),
+        ("\tGPU0\tNIC0\nGPU0\t X \tPIX\n", "rows and columns differ: no row for NIC0", "GPU0\tNIC0"),
+        ("\tGPU0\nGPU0\t X \nGPU1\t X \n", "row GPU1 is not a column of the header", "GPU1\t X "),
+        ("\tGPU0\tGPU1\nGPU0\t X \nGPU1\tNV1\t X \n", "has 1 link cells for 2 columns", "GPU0\t X "),
+        ("\tGPU0\tGPU1\nGPU0\tPIX\tNV1\nGPU1\tNV1\t X \n", "GPU0's own cell is 'PIX', not X", "GPU0\tPIX\tNV1"),
+        ("\tGPU0\tNIC0\nGPU0\t X \tPIX\nNIC0\tPIX\tSYS\n", "NIC0's own cell is 'SYS', not X", "NIC0\tPIX\tSYS"),
+        ("\tGPU1\tGPU0\nGPU1\t X \tNV1\nGPU0\tNV1\t X \n", "GPU columns out of order", "GPU1\tGPU0"),
+        ("\tGPU0\nGPU0\t X \nGPU0\t X \n", "appears twice", "GPU0\t X "),
+        (
+            "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-31\t0\t7\n",
+            "3 cells after the links where the header names 2",
+            "GPU0\t X \t0-31\t0\t7",
+        ),
+        (
+            "        GPU0    CPU Affinity    NUMA Affinity   Power Limit\nGPU0     X      0-31    0       600\n",
+            "unknown column 'Power Limit' after the affinity columns",
+            "        GPU0    CPU Affinity    NUMA Affinity   Power Limit",
+        ),
+        (  # a paste that lost a tab in the header ("NIC0NIC1"): one link cell more than the header names
+            "\tGPU0\tNIC0NIC1\tCPU Affinity\nGPU0\t X \tPIX\tPIX\t0-31\nNIC0NIC1\tPIX\t X \tPIX\n",
+            "2 cells after the links where the header names 1",
+            "GPU0\t X \tPIX\tPIX\t0-31",
+        ),
+        (  # hand-aligned, on no tab grid, one of two affinity cells printed
+            "GPU0 CPU Affinity NUMA Affinity\nGPU0 X 1\n",
+            "cannot tell which of the columns CPU Affinity, NUMA Affinity the 1 affinity cells fill",
+            "GPU0 X 1",
+        ),
     ],
 )
-def test_topo_errors(text, message):
-    with pytest.raises(parse.GpuTopologyParseError, match=message):
+def test_topo_garbage_is_refused_quoting_the_offending_line(text, message, offending_line):
+    with pytest.raises(parse.GpuTopologyParseError, match=re.escape(message)) as refused:
         parse.parse_topo_matrix(text)
+    assert repr(offending_line) in str(refused.value)
+
+
+def test_a_column_a_newer_driver_adds_is_read_past():
+    """Tab-separated, a column after the affinity ones is a column like any: the known ones keep their cells."""
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\tPower Limit\nGPU0\t X \t0-31\t1\t\t4\t600\n"
+    gpu = parse.parse_topo_matrix(text)["gpus"][0]
+    assert (gpu["cpu_affinity"], gpu["numa_node"], gpu["gpu_numa_id"]) == ("0-31", 1, 4)
+
+
+def test_space_aligned_matrix_without_affinity_columns():
+    """Once refused for want of a tab-separated header: the expanded text reads as its tabs do."""
+    tabs = "\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU1\tNV1\t X \n"
+    spaces = "        GPU0    GPU1\nGPU0     X      NV1\nGPU1    NV1      X\n"
+    assert parse.parse_topo_matrix(spaces) == parse.parse_topo_matrix(tabs)
+    assert parse.parse_topo_matrix(spaces)["links"] == [{"a": 0, "b": 1, "link": "NV1"}]
 
 
 def test_query_and_topo_disagreeing_on_gpus_is_an_error():

@@ -1,4 +1,4 @@
-"""The python_package_patch module and its pure logic (module_utils/package_patch.py).
+"""The python_package_patch module and its pure logic (module_utils/unified_diff.py, package_patch.py).
 
 Every test builds a small synthetic package in a temporary site-packages directory, with a
 dist-info whose RECORD holds the real sha256 of each file, and finds it through a real
@@ -23,13 +23,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The module imports its helpers as ansible.module_utils.package_patch, as Ansible ships them.
+# The module imports its helpers as ansible.module_utils.NAME, as Ansible ships them.
 import ansible.module_utils  # noqa: E402
 
 if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))
 
 from ansible.module_utils import package_patch as pp  # noqa: E402
+from ansible.module_utils import unified_diff as ud  # noqa: E402
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 
 sys.path.insert(0, str(REPO / "library"))
@@ -106,7 +107,7 @@ class Site:
 
     def probe(self, paths):
         out = subprocess.run(
-            [sys.executable, "-c", pp.PROBE_SCRIPT, PKG, *paths],
+            [sys.executable, "-c", module.node_program(), "probe", PKG, *paths],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -116,7 +117,7 @@ class Site:
 
     def plan(self, patches, state="present", version=VERSION, wheel=None):
         manifest = pp.load_manifest(self.manifest) or {}
-        info = self.probe(pp.target_paths(patches) + sorted(manifest.get("files", {})))
+        info = self.probe(ud.target_paths(patches) + sorted(manifest.get("files", {})))
         return pp.build_plan(info, PKG, version, patches, state, self.manifest, wheel_path=wheel)
 
     def run(self, patches, state="present", version=VERSION, check=False, wheel=None):
@@ -133,11 +134,11 @@ def site(tmp_path):
 
 def core_patch(new_line="line 10 patched\n", name="0001-core.patch"):
     new = CORE.replace("line 10\n", new_line)
-    return pp.parse_patch(name, make_patch("fakepkg/core.py", CORE, new))
+    return ud.parse_patch(name, make_patch("fakepkg/core.py", CORE, new))
 
 
 def util_patch(name="0002-util.patch", value="42"):
-    return pp.parse_patch(name, make_patch("fakepkg/util.py", UTIL, UTIL.replace("41", value)))
+    return ud.parse_patch(name, make_patch("fakepkg/util.py", UTIL, UTIL.replace("41", value)))
 
 
 def actions(plan):
@@ -145,7 +146,7 @@ def actions(plan):
 
 
 # ----------------------------------------------------------------------------------------
-# Parsing and the strict applier
+# Parsing and the strict applier (unified_diff)
 # ----------------------------------------------------------------------------------------
 
 
@@ -153,18 +154,18 @@ def test_header_paths_and_git_prefixes_are_parsed():
     text = make_patch(
         "fakepkg/core.py", CORE, CORE.replace("line 3\n", "line three\n"), header="Subject: x\n\nWhy: y\n"
     )
-    patch = pp.parse_patch("p.patch", text)
+    patch = ud.parse_patch("p.patch", text)
     assert patch.header == "Subject: x\n\nWhy: y\n"
     assert patch.paths() == ["fakepkg/core.py"]
     assert patch.sha256 == sha(text.encode())
     git = "diff --git a/fakepkg/core.py b/fakepkg/core.py\nindex 1..2 100644\n" + text.split("\n", 3)[3]
-    assert pp.parse_patch("g.patch", git).paths() == ["fakepkg/core.py"]
+    assert ud.parse_patch("g.patch", git).paths() == ["fakepkg/core.py"]
 
 
 def test_plain_paths_without_prefix_are_relative_to_site_packages():
     text = "--- fakepkg/util.py\n+++ fakepkg/util.py\n@@ -1,2 +1,2 @@\n def answer():\n-    return 41\n+    return 42\n"
-    patch = pp.parse_patch("p", text)
-    assert pp.apply_patches(UTIL.encode(), "fakepkg/util.py", [patch]) == UTIL.replace("41", "42").encode()
+    patch = ud.parse_patch("p", text)
+    assert ud.apply_patches(UTIL.encode(), "fakepkg/util.py", [patch]) == UTIL.replace("41", "42").encode()
 
 
 @pytest.mark.parametrize(
@@ -174,7 +175,7 @@ def test_plain_paths_without_prefix_are_relative_to_site_packages():
 def test_paths_outside_site_packages_are_refused(path):
     text = f"--- {path}\n+++ {path}\n@@ -1 +1 @@\n-a\n+b\n"
     with pytest.raises(pp.PatchError, match="relative to site-packages"):
-        pp.parse_patch("evil.patch", text)
+        ud.parse_patch("evil.patch", text)
 
 
 @pytest.mark.parametrize(
@@ -187,39 +188,39 @@ def test_paths_outside_site_packages_are_refused(path):
 )
 def test_new_deleted_files_and_non_diffs_are_refused(text):
     with pytest.raises(pp.PatchError):
-        pp.parse_patch("p.patch", text)
+        ud.parse_patch("p.patch", text)
 
 
 def test_truncated_hunk_is_refused():
     text = "--- a/fakepkg/util.py\n+++ b/fakepkg/util.py\n@@ -1,3 +1,3 @@\n def answer():\n-    return 41\n"
     with pytest.raises(pp.PatchError, match="truncated"):
-        pp.parse_patch("p.patch", text)
+        ud.parse_patch("p.patch", text)
 
 
 def test_context_must_match_exactly_no_fuzz():
     patch = core_patch()
     almost = CORE.replace("line 9\n", "line 9 \n").encode()  # one trailing space in the context
     with pytest.raises(pp.PatchConflict, match="hunk 1"):
-        pp.apply_patches(almost, "fakepkg/core.py", [patch])
+        ud.apply_patches(almost, "fakepkg/core.py", [patch])
 
 
 def test_hunk_applies_at_a_unique_offset_but_not_at_an_ambiguous_one():
     patch = core_patch()
     shifted = ("header\n" * 5 + CORE).encode()
     assert (
-        pp.apply_patches(shifted, "fakepkg/core.py", [patch])
+        ud.apply_patches(shifted, "fakepkg/core.py", [patch])
         == ("header\n" * 5 + CORE.replace("line 10\n", "line 10 patched\n")).encode()
     )
     block = "".join(f"# line {n}\n" for n in range(7, 14))
     twice = ("x\n" * 40 + block + "y\n" + block).encode()
     with pytest.raises(pp.PatchConflict, match="several places"):
-        pp.apply_patches(twice, "fakepkg/core.py", [patch])
+        ud.apply_patches(twice, "fakepkg/core.py", [patch])
 
 
 def test_reverse_application_gives_back_the_original():
     patches = [
         core_patch(),
-        pp.parse_patch(
+        ud.parse_patch(
             "two",
             make_patch(
                 "fakepkg/core.py",
@@ -228,18 +229,18 @@ def test_reverse_application_gives_back_the_original():
             ),
         ),
     ]
-    patched = pp.apply_patches(CORE.encode(), "fakepkg/core.py", patches)
+    patched = ud.apply_patches(CORE.encode(), "fakepkg/core.py", patches)
     assert b"line 25\n" not in patched and b"line 10 patched\n" in patched
-    assert pp.apply_patches(patched, "fakepkg/core.py", patches, reverse=True) == CORE.encode()
+    assert ud.apply_patches(patched, "fakepkg/core.py", patches, reverse=True) == CORE.encode()
 
 
 def test_no_newline_at_end_of_file_is_honoured():
     text = "--- a/fakepkg/x.py\n+++ b/fakepkg/x.py\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
-    patch = pp.parse_patch("p", text)
-    assert pp.apply_patches(b"a\nb", "fakepkg/x.py", [patch]) == b"a\nc"
-    assert pp.apply_patches(b"a\nc", "fakepkg/x.py", [patch], reverse=True) == b"a\nb"
+    patch = ud.parse_patch("p", text)
+    assert ud.apply_patches(b"a\nb", "fakepkg/x.py", [patch]) == b"a\nc"
+    assert ud.apply_patches(b"a\nc", "fakepkg/x.py", [patch], reverse=True) == b"a\nb"
     with pytest.raises(pp.PatchConflict):
-        pp.apply_patches(b"a\nb\n", "fakepkg/x.py", [patch])  # the file does end with a newline
+        ud.apply_patches(b"a\nb\n", "fakepkg/x.py", [patch])  # the file does end with a newline
 
 
 def test_record_hash_conversion():
@@ -258,7 +259,7 @@ def test_probe_finds_version_site_packages_and_record_without_importing(site):
 
 def test_probe_reports_a_missing_package(site):
     out = subprocess.run(
-        [sys.executable, "-c", pp.PROBE_SCRIPT, "nosuchpkg"], env=site.env(), capture_output=True, text=True, check=True
+        [sys.executable, "-c", module.node_program(), "probe", "nosuchpkg"], env=site.env(), capture_output=True, text=True, check=True
     ).stdout
     with pytest.raises(pp.PatchError, match="nosuchpkg is not installed"):
         pp.parse_probe_output("nosuchpkg", out)
@@ -318,7 +319,7 @@ def test_hand_edited_file_is_reported_as_drift_and_restored(site):
 
 def test_half_patched_file_is_repaired_not_stacked(site):
     both = CORE.replace("line 10\n", "line 10 patched\n").replace("line 20\n", "line 20 patched\n")
-    patch = pp.parse_patch("two-hunks", make_patch("fakepkg/core.py", CORE, both))
+    patch = ud.parse_patch("two-hunks", make_patch("fakepkg/core.py", CORE, both))
     site.run([patch])
     site.write("fakepkg/core.py", CORE.replace("line 10\n", "line 10 patched\n"))  # hunk 2 undone by hand
     plan = site.run([patch])
@@ -329,7 +330,7 @@ def test_half_patched_file_is_repaired_not_stacked(site):
 def test_half_patched_file_of_an_unmanaged_node_fails_clearly_and_changes_nothing(site):
     """No kept copy, not pristine, not the set's result: the pristine bytes are unknown."""
     both = CORE.replace("line 10\n", "line 10 patched\n").replace("line 20\n", "line 20 patched\n")
-    patch = pp.parse_patch("two-hunks", make_patch("fakepkg/core.py", CORE, both))
+    patch = ud.parse_patch("two-hunks", make_patch("fakepkg/core.py", CORE, both))
     site.write("fakepkg/core.py", CORE.replace("line 10\n", "line 10 patched\n"))  # only hunk 1
     before = site.snapshot()
     with pytest.raises(pp.PatchError, match="fakepkg/core.py: the file on disk is not the pristine"):
@@ -404,7 +405,7 @@ def test_version_mismatch_is_refused_before_any_change(site):
 
 def test_conflict_fails_and_leaves_every_file_as_it_was(site):
     good = util_patch()
-    bad = pp.parse_patch(
+    bad = ud.parse_patch(
         "0003-bad.patch", make_patch("fakepkg/core.py", CORE.replace("line 5\n", "line five\n"), "nothing\n")
     )
     before = site.snapshot()
@@ -418,7 +419,7 @@ def test_conflict_fails_and_leaves_every_file_as_it_was(site):
 def test_conflict_after_an_applied_set_leaves_the_patched_state(site):
     site.run([core_patch(), util_patch()])
     before = site.snapshot()
-    bad = pp.parse_patch("0002-util.patch", make_patch("fakepkg/util.py", "something else\n", "x\n"))
+    bad = ud.parse_patch("0002-util.patch", make_patch("fakepkg/util.py", "something else\n", "x\n"))
     with pytest.raises(pp.PatchConflict):
         site.run([core_patch(), bad])
     assert site.snapshot() == before
@@ -493,7 +494,7 @@ def test_corrupted_kept_copy_is_not_trusted(site):
 
 def test_file_not_in_record_is_refused(site):
     (site.base / "fakepkg" / "extra.py").write_text("x = 1\n")
-    patch = pp.parse_patch("p", "--- a/fakepkg/extra.py\n+++ b/fakepkg/extra.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    patch = ud.parse_patch("p", "--- a/fakepkg/extra.py\n+++ b/fakepkg/extra.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
     with pytest.raises(pp.PatchError, match="not in its RECORD"):
         site.run([patch])
 
@@ -618,3 +619,11 @@ def test_module_present_needs_patches_and_unique_names(site):
     assert "at least one patch" in run_module(module_args(site, []))["msg"]
     same = {"name": "same", "content": util_patch().data.decode()}
     assert "unique" in run_module(module_args(site, [same, same]))["msg"]
+
+
+def test_node_program_is_shipped_from_module_utils():
+    # What runs on the node under the package's Python is the real file, not a copy in a string.
+    source = module.node_program()
+    assert source == (REPO / "module_utils" / "package_patch_node.py").read_text()
+    done = subprocess.run([sys.executable, "-c", source, "no-such-command"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "probe, compile-check, byte-compile" in done.stderr

@@ -1,12 +1,12 @@
 """Parsing of /proc/net/tcp{,6} and /proc/PID/cgroup by the sglang_port_listeners module."""
 
-import importlib.util
-from pathlib import Path
+import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("sglang_port_listeners", REPO / "library" / "sglang_port_listeners.py")
-listeners = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(listeners)
+
+@pytest.fixture(scope="module")
+def listeners(project_module):
+    return project_module("library/sglang_port_listeners.py")
+
 
 # Real /proc/net/tcp lines: a listener on 127.0.0.1:30000 (0x7530), one on 0.0.0.0:22,
 # and an established connection to port 30000 that must not count.
@@ -23,20 +23,20 @@ PROC_NET_TCP6 = """\
 """
 
 
-def test_ipv4_listener_on_the_port_only():
+def test_ipv4_listener_on_the_port_only(listeners):
     assert listeners.parse_proc_net_tcp(PROC_NET_TCP, 30000) == [("127.0.0.1", 41234)]
     assert listeners.parse_proc_net_tcp(PROC_NET_TCP, 22) == [("0.0.0.0", 17021)]
     assert listeners.parse_proc_net_tcp(PROC_NET_TCP, 8080) == []
 
 
-def test_ipv6_listeners_including_v4_mapped():
+def test_ipv6_listeners_including_v4_mapped(listeners):
     assert listeners.parse_proc_net_tcp(PROC_NET_TCP6, 30000) == [
         ("0000:0000:0000:0000:0000:0000:0000:0000", 6001),
         ("::ffff:127.0.0.1", 6002),
     ]
 
 
-def test_unit_of_a_service_process_on_unified_and_hybrid_cgroups():
+def test_unit_of_a_service_process_on_unified_and_hybrid_cgroups(listeners):
     assert listeners.unit_of("0::/system.slice/sglang.service\n") == "sglang.service"
     hybrid = "12:pids:/system.slice/ssh.service\n1:name=systemd:/system.slice/ssh.service\n0::/system.slice/ssh.service\n"
     assert listeners.unit_of(hybrid) == "ssh.service"

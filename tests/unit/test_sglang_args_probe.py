@@ -5,9 +5,7 @@ tests/roles/test_server_args_check.py; here are the probe's pure helpers and the
 answer when the interpreter is missing.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,21 +14,19 @@ from ansible.module_utils.testing import patch_module_args
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def probe(project_module):
+    # The module imports its probe as ansible.module_utils.sglang_args_probe (ansible.cfg's
+    # module_utils path at run time); make that name resolve to the repository's file here.
+    return project_module("module_utils/sglang_args_probe.py", as_name="ansible.module_utils.sglang_args_probe")
 
 
-# The module imports its probe as ansible.module_utils.sglang_args_probe (ansible.cfg's module_utils
-# path at run time); make that name resolve to the repository's file here.
-probe = _load("ansible.module_utils.sglang_args_probe", REPO / "module_utils" / "sglang_args_probe.py")
-sys.modules["ansible.module_utils.sglang_args_probe"] = probe
-check_module = _load("sglang_server_args_check_under_test", REPO / "library" / "sglang_server_args_check.py")
+@pytest.fixture(scope="module")
+def check_module(project_module, probe):  # pylint: disable=unused-argument  # probe: registered before the module imports it
+    return project_module("library/sglang_server_args_check.py")
 
 
-def test_missing_python_fails_clearly(capsys, tmp_path):
+def test_missing_python_fails_clearly(capsys, tmp_path, check_module):
     args = {"python": str(tmp_path / "venv" / "bin" / "python"), "argv": ["--model-path", str(tmp_path)],
             "environment": {"SGLANG_ENABLE_SPEC_V2": "1"}}
     with patch_module_args(args):
@@ -43,7 +39,7 @@ def test_missing_python_fails_clearly(capsys, tmp_path):
 
 # --------------------------------------------------------------------------- pure helpers of the probe
 
-def test_probe_environment_is_exactly_the_units_plus_path_home_lang(monkeypatch):
+def test_probe_environment_is_exactly_the_units_plus_path_home_lang(monkeypatch, check_module):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")  # the controller's own: must not leak
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
@@ -54,7 +50,7 @@ def test_probe_environment_is_exactly_the_units_plus_path_home_lang(monkeypatch)
     assert set(env) <= {"PATH", "HOME", "LANG", "TMPDIR", "NCCL_PROTO", "SGLANG_X"}
 
 
-def test_probe_source_is_shipped_from_module_utils():
+def test_probe_source_is_shipped_from_module_utils(check_module):
     source = check_module.probe_source()
     assert source == (REPO / "module_utils" / "sglang_args_probe.py").read_text()
     compile(source, "probe", "exec")
@@ -70,7 +66,7 @@ def test_probe_source_is_shipped_from_module_utils():
     ({"tp_size": 2, "base_gpu_id": 6}, 8, "tp_size 2, GPU ids from 6 step 1 = 2 GPU(s) per node"),
     ({"tp_size": 2, "base_gpu_id": 7}, 9, "tp_size 2, GPU ids from 7 step 1 = 2 GPU(s) per node"),
 ])
-def test_gpus_needed(resolved, gpus, explanation):
+def test_gpus_needed(resolved, gpus, explanation, probe):
     assert probe.gpus_needed(resolved) == (gpus, explanation)
 
 
@@ -83,7 +79,7 @@ def test_gpus_needed(resolved, gpus, explanation):
     ("unrecognized arguments: --foo 1", ["--foo", "1"], "--foo 1", None),
     ("the following arguments are required: --model-path/--model", [], "--model-path/--model", None),
 ])
-def test_describe_parse_error(message, argv, flag, rest):
+def test_describe_parse_error(message, argv, flag, rest, probe):
     error, remaining = probe.describe_parse_error(message, argv)
     assert error["stage"] == "parse" and error["flag"] == flag and message in error["message"]
     assert remaining == rest

@@ -209,6 +209,13 @@ def test_wheel_metadata_and_find_wheel(tmp_path):
         ("4.57.1", "4.57.10", False),
         ("1.0rc1", "1.0RC1", True),
         ("0.5.9", None, False),
+        # PEP 440: '==2.9.1' matches PyTorch's labelled builds, a labelled pin only its own build.
+        ("2.9.1", "2.9.1+cu130", True),
+        ("2.9.1+cu130", "2.9.1", False),
+        ("2.9.1+cu130", "2.9.1+cu128", False),
+        ("2.9.1+cu130", "2.9.1+CU130", True),
+        ("0.24.1+cu130", "0.24.1.0+cu130", True),
+        ("1.0+rocm-6.4", "1.0+rocm_6.4", True),
     ],
 )
 def test_versions_equal(wanted, installed, equal):
@@ -261,6 +268,43 @@ def test_drift_release_missing_deps_and_markers():
     # Release not installed (requires None): only the requested packages count.
     assert pins.find_drift(wanted("sglang==0.5.9"), {}, release="sglang", release_requires=None) == [
         {"name": "sglang", "wanted": "==0.5.9", "installed": None, "source": "requested"}]
+
+
+# --- package sources (sglang_install_sources) --------------------------------------------
+
+PYTORCH_CU130 = {"name": "PyTorch cu130", "index_url": "https://example.invalid/whl/cu130",
+                 "pins": ["torch==2.9.1+cu130", "torchvision==0.24.1+cu130", "torchaudio==2.9.1+cu130"]}
+SGL_KERNEL_CU130 = {"name": "sgl-kernel cu130", "find_links": "/srv/wheels/sgl-kernel",
+                    "pins": ["sgl_kernel==0.3.21+cu130"]}
+
+
+def test_source_pins_carry_their_source_and_must_be_exact():
+    parsed = pins.source_pins([PYTORCH_CU130, SGL_KERNEL_CU130])
+    assert [(p["canonical"], p["pin"], p["origin"]) for p in parsed] == [
+        ("torch", "2.9.1+cu130", "PyTorch cu130"), ("torchvision", "0.24.1+cu130", "PyTorch cu130"),
+        ("torchaudio", "2.9.1+cu130", "PyTorch cu130"), ("sgl-kernel", "0.3.21+cu130", "sgl-kernel cu130")]
+    assert pins.source_pins([]) == [] and pins.source_pins(None) == []
+    for bad in ("torch>=2.9.1", "torch", "torch==2.9.*", "torch[opt]==2.9.1", 'torch==2.9.1; sys_platform == "linux"'):
+        with pytest.raises(pins.RequirementError, match="PyTorch cu130.*not an exact"):
+            pins.source_pins([{"name": "PyTorch cu130", "pins": [bad]}])
+
+
+def test_drift_of_source_pins_tells_the_cu130_build_from_pypis():
+    release = dict(release="sglang", release_requires=SGLANG_059_REQUIRES, require_release_deps=False)
+    sources = pins.source_pins([PYTORCH_CU130, SGL_KERNEL_CU130])
+    cu130 = {"sglang": "0.5.9", "torch": "2.9.1+cu130", "torchaudio": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130"}
+    # The cu130 build meets SGLang's own torch==2.9.1 and the sources' labelled pins; torchvision is
+    # not installed (a --no-deps install here): a source pin alone does not ask for a package.
+    assert pins.find_drift(wanted("sglang==0.5.9"), cu130, pinned_sources=sources, **release) == []
+    # PyPI's torch 2.9.1 meets SGLang's pin but not the source's: drift, named after the source.
+    pypi = dict(cu130, torch="2.9.1", **{"sgl-kernel": "0.3.21"})
+    drift = pins.find_drift(wanted("sglang==0.5.9"), pypi, pinned_sources=sources, **release)
+    assert [pins.describe_drift(d) for d in drift] == [
+        "torch: 2.9.1 installed, wanted ==2.9.1+cu130 (pin of source PyTorch cu130)",
+        "sgl_kernel: 0.3.21 installed, wanted ==0.3.21+cu130 (pin of source sgl-kernel cu130)",
+    ]
+    # Without sources, that PyPI stack is in sync: the label is what the sources add.
+    assert pins.find_drift(wanted("sglang==0.5.9"), pypi, **release) == []
 
 
 # --- the parser-only requirements file of the test node ------------------------------------
@@ -363,6 +407,22 @@ def test_probe_reports_drift(interpreter, capsys, monkeypatch):
                                        "require_release_deps": False}, capsys)
     assert result["in_sync"] is False
     assert result["summary"] == ["transformers: 4.56.0 installed, wanted ==4.57.1 (sglang pin)"]
+
+
+def test_probe_checks_the_pins_of_package_sources(interpreter, capsys, monkeypatch):
+    fake = FakePython({"sglang": "0.5.9", "torch": "2.9.1", "transformers": "4.57.1"}, SGLANG_059_REQUIRES)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
+    args = {"python": interpreter, "requirements": ["sglang==0.5.9"], "require_release_deps": False,
+            "sources": [PYTORCH_CU130]}
+    result = run_module(probe_module, args, capsys)
+    assert result["in_sync"] is False
+    assert result["summary"] == ["torch: 2.9.1 installed, wanted ==2.9.1+cu130 (pin of source PyTorch cu130)"]
+    assert result["installed"]["torch"] == "2.9.1" and result["installed"]["torchvision"] is None
+    fake.answer["versions"]["torch"] = "2.9.1+cu130"
+    assert run_module(probe_module, args, capsys)["in_sync"] is True
+    bad = dict(args, sources=[{"name": "PyTorch cu130", "pins": ["torch>=2.9"]}])
+    result = run_module(probe_module, bad, capsys)
+    assert result["failed"] and "not an exact" in result["msg"]
 
 
 def test_probe_without_release_pins_asks_for_no_release(interpreter, capsys, monkeypatch):

@@ -27,10 +27,10 @@ from patch_set_fixtures import (  # noqa: F401  pylint: disable=unused-import  (
     VERSION,
     patched,
     patches,
-    pp,
     pristine,
     record,
     set_meta,
+    ud,
     wheel,
 )
 
@@ -67,7 +67,7 @@ def test_every_patch_has_a_header_saying_what_and_why(patches):
 
 
 def test_patch_paths_are_files_of_the_wheel_with_a_record_hash(patches, record):
-    for path in pp.target_paths(patches):
+    for path in ud.target_paths(patches):
         assert record.get(path), path
 
 
@@ -79,7 +79,7 @@ def test_pristine_files_match_record(pristine, record):
 def test_each_patch_applies_in_order_to_the_pristine_wheel_and_reverses(pristine, patches, patched):
     for path, data in pristine.items():
         assert patched[path] != data
-        assert pp.apply_patches(patched[path], path, patches, reverse=True) == data
+        assert ud.apply_patches(patched[path], path, patches, reverse=True) == data
 
 
 def test_each_patch_applies_with_gnu_patch_too(tmp_path, pristine):

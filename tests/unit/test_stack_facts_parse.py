@@ -243,7 +243,7 @@ def test_every_mismatch_is_listed_naming_its_variable_and_the_value_found():
         "stack_verify_expected_driver_cuda_min: expected >= 13.0 (CUDA version the driver supports), "
         "found none (nvidia-smi not found)",
         "stack_verify_expected_torch_version: expected 2.9.1, found 2.13.0+cpu",
-        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, or a +cu130 build), "
+        "stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, the CUDA torch was built for), "
         "found none (torch 2.13.0+cpu is not a CUDA build)",
         "stack_verify_expected_sglang_version: expected 0.5.9, found 0.5.8",
         "stack_verify_expected_cuda_available: expected true, found false",
@@ -280,7 +280,13 @@ def test_driver_cuda_is_a_minimum(expected, found, ok):
 @pytest.mark.parametrize("torch, want_version, want_cuda, bad", [
     ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": "13.0"}, "2.9.1", "13.0", []),
     ({"version": "2.9.1", "version_local": None, "cuda": "13.0"}, "2.9.1", "13.0", []),        # no tag, CUDA build
-    ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": None}, "2.9.1", "13.0", []),  # tag alone
+    # The label is only the wheel's name: a build whose torch.version.cuda is not 13.0 (a CPU build
+    # relabelled, a stand-in) fails the CUDA check however it is labelled.
+    ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": None}, "2.9.1", "13.0", ["torch_cuda"]),
+    ({"version": "2.9.1+cu130", "version_local": "cu130", "cuda": "12.8"}, "2.9.1", "13.0", ["torch_cuda"]),
+    # PEP 440 local labels: case and separators do not matter; a wanted label must be there.
+    ({"version": "2.9.1+CU130", "version_local": "CU130", "cuda": "13.0"}, "2.9.1+cu130", "13.0", []),
+    ({"version": "2.9.1", "version_local": None, "cuda": "13.0"}, "2.9.1+cu130", "13.0", ["torch_version"]),
     ({"version": "2.9.1+cu128", "version_local": "cu128", "cuda": "12.8"}, "2.9.1", "13.0", ["torch_cuda"]),
     ({"version": "2.9.10+cu130", "version_local": "cu130", "cuda": "13.0"}, "2.9.1", "13.0", ["torch_version"]),
     ({"version": "2.9.1+cu128", "version_local": "cu128", "cuda": "12.8"}, "2.9.1+cu130", None, ["torch_version"]),
@@ -289,6 +295,21 @@ def test_driver_cuda_is_a_minimum(expected, found, ok):
 def test_torch_version_and_cuda(torch, want_version, want_cuda, bad):
     lines = mismatches(stack_of(torch=torch), {"torch_version": want_version, "torch_cuda": want_cuda})
     assert [line.split(":")[0] for line in lines] == ["stack_verify_expected_" + b for b in bad]
+
+
+def test_torch_cuda_names_the_variable_and_what_torch_reports():
+    lines = mismatches(stack_of(torch={"version": "2.9.1+cu128", "cuda": "12.8"}), {"torch_cuda": "13.0"})
+    assert lines == ["stack_verify_expected_torch_cuda: expected 13.0 (torch.version.cuda, the CUDA torch was built "
+                     "for), found 12.8 (torch 2.9.1+cu128)"]
+
+
+@pytest.mark.parametrize("want, found, ok", [
+    ("0.5.9", "0.5.9", True), ("0.5.9", "0.5.9+canon.patched", True), ("0.5.9", "0.5.9.0", True),
+    ("0.5.9+canon", "0.5.9+CANON", True), ("0.5.9+canon", "0.5.9", False),
+    ("0.5.9", "0.5.9.post1", False), ("0.5.9", "0.5.90", False), ("0.5.9", "0.5.10", False), ("0.5.9", "0.5", False),
+])
+def test_sglang_version_is_pep440_equality(want, found, ok):
+    assert (mismatches(stack_of(sglang={"version": found}), {"sglang_version": want}) == []) is ok
 
 
 def test_compute_capability_minimum_names_the_devices_found():
