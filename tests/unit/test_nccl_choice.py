@@ -374,6 +374,11 @@ def test_phases_come_from_the_table_and_old_tables_are_all_decode():
     # each phase counts as a whole; a size in both phases gets both shares
     weights = nc.size_weights([1, 2, 3, 4], {"decode": [1, 2, 3], "prefill": [3, 4]}, {"decode": 3.0})
     assert weights == {1: 1.0, 2: 1.0, 3: 1.5, 4: 0.5}
+    # a size the phases do not name is a decode size, in the weights and in the choice alike
+    assert nc.phase_members([1, 2, 5], {"prefill": [5]}) == {"decode": [1, 2], "prefill": [5]}
+    choice = nc.choose(PHASED_BASE, phases={"prefill": [64 * MiB]})
+    assert choice["phases"] == {"decode": [16384], "prefill": [64 * MiB]}
+    assert choice["size_weights"] == {"16384": 1.0, str(64 * MiB): 1.0}
 
 
 @pytest.mark.parametrize(

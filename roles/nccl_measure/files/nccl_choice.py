@@ -167,14 +167,21 @@ def phases_of(records):
     return None
 
 
+def phase_members(sizes, phases=None):
+    """{'decode': [...], 'prefill': [...]}: the given sizes of each phase; a size in no phase
+    (every size of a table from before phases) is a decode size."""
+    members = {phase: [s for s in sizes if s in (phases or {}).get(phase, [])] for phase in PHASE_WEIGHTS}
+    members["decode"] += [s for s in sizes if not any(s in m for m in members.values())]
+    members["decode"].sort()
+    return members
+
+
 def size_weights(sizes, phases=None, weights=None):
     """Per size, its weight in the geometric mean: each phase's weight shared equally among that
     phase's sizes (a size in both phases gets both shares); a size in no phase counts as decode."""
     weights = phase_weights(weights)
-    phases = {phase: [s for s in (phases or {}).get(phase, []) if s in sizes] for phase in weights}
-    phases["decode"] += [s for s in sizes if not any(s in members for members in phases.values())]
     out = {s: 0.0 for s in sizes}
-    for phase, members in phases.items():
+    for phase, members in phase_members(sizes, phases).items():
         for s in members:
             out[s] += weights[phase] / len(members)
     return out
@@ -268,11 +275,7 @@ def choose(
     between = {s: half_range(one[s] for one in base_rounds) / base_med[s] for s in size_list}
     base_within = median_series(base_runs, "spread_us", size_list)
     size_weight = size_weights(size_list, phases, weights)
-    by_phase = {
-        phase: [s for s in size_list if s in (phases or {}).get(phase, [])] for phase in ("decode", "prefill")
-    }
-    if not phases:
-        by_phase = {"decode": list(size_list), "prefill": []}
+    by_phase = phase_members(size_list, phases)
 
     def geo(us):
         return weighted_geomean(us, size_weight)
@@ -401,7 +404,7 @@ def choose(
             noise_mult, noise_floor, min_gain, min_default_rounds, weights if by_phase["prefill"] else None
         ),
         "sizes": size_list,
-        "phases": {phase: members for phase, members in by_phase.items()},
+        "phases": by_phase,
         "weights": weights,
         "size_weights": {str(s): size_weight[s] for s in size_list},
         "world": base_runs[0].get("world"),
