@@ -242,7 +242,7 @@ def nccl_candidate_errors(item):
     """Errors of one measurement candidate ({'key': name, 'value': settings}, as from dict2items).
     A candidate must set something, and may not turn NVLink multicast on (NCCL_NVLS_ENABLE=1)."""
     name, settings = item.get("key"), item.get("value")
-    label = f"nccl_tuning_measure_candidates.{name}"
+    label = f"nccl_measure_candidates.{name}"
     if not isinstance(settings, dict) or not settings:
         return [f"{label}: must be a non-empty mapping of NCCL_* settings"]
     errors = nccl_settings_errors(settings, label)

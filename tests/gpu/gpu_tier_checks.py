@@ -22,7 +22,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(REPO, "roles", "nccl_tuning", "files"))
+sys.path.insert(0, os.path.join(REPO, "roles", "nccl_measure", "files"))
+sys.path.insert(0, os.path.join(REPO, "filter_plugins"))
 
 # What the device's H200 nodes must be (the inventory inventory/device-h200 says the same).
 NAME_PATTERN = "H200"
@@ -37,6 +38,12 @@ def wrong_count(gpus):
 
 
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}
+# What inventory/device-h200 gives nccl_measure: the server arguments the message sizes follow
+# (EAGLE3 with 4 draft tokens, no max_running_requests, no chunked_prefill_size) and, with no model
+# on the device, hidden size 8192. The sizes the probe got must be what these and the GPUs' memory
+# make (decode 1 .. 192 tokens, prefill 1024 .. 8192 tokens on 141 GB H200s).
+DEVICE_SERVER_ARGS = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_num_draft_tokens": 4}
+DEVICE_HIDDEN_SIZE = 8192
 # Fields of the gpu_topology facts that change with load (an idle GPU trains its link down), so two
 # readings taken at different moments may differ there and nowhere else.
 VOLATILE_GPU_FIELDS = ("pcie_link_gen_current", "pcie_link_width_current")
@@ -285,6 +292,29 @@ def interleaved_rounds(names):
     return bool(rounds) and current == [] and all(r == rounds[0] and r for r in rounds)
 
 
+def expected_phases(topo):
+    """The decode and prefill sizes nccl_measure must derive on this node (from its gpu_topology facts)."""
+    import nccl_message_sizes
+
+    memory = min((g["memory_total_mib"] for g in topo.get("gpus", []) if g.get("memory_total_mib")), default=None)
+    plan = nccl_message_sizes.message_plan(DEVICE_SERVER_ARGS, DEVICE_HIDDEN_SIZE, memory)
+    return {"decode": plan["decode"], "prefill": plan["prefill"]}
+
+
+def check_phases(checks, records, choice, label, phases):
+    """The probe got the sizes of both phases the node's plan makes, and every run measured all of them."""
+    checks.equal(f"nccl {label}: decode and prefill sizes follow the server arguments and GPU memory", phases,
+                 choice.get("phases"))
+    measured = [r for r in records if "us_per_allreduce" in r]
+    wanted = sorted({s for sizes in phases.values() for s in sizes})
+    checks.add(
+        f"nccl {label}: every run measured every decode and prefill size",
+        all(sorted(int(s) for s in r["us_per_allreduce"]) == wanted and r.get("phases") == phases for r in measured),
+        wanted,
+        sorted({tuple(sorted(int(s) for s in r["us_per_allreduce"])) for r in measured}),
+    )
+
+
 def check_nccl(checks, records, choice, gpus, label, settings_all=None):
     if gpus < 2:
         checks.add(
@@ -387,8 +417,10 @@ def run_checks(results, gpus, main_rc=None, wrong_rc=None, wrong_log=None):
             continue
         records = load_jsonl(table)
         check_nccl(checks, records, choice, gpus, label, settings_all)
+        if topo is not None:
+            check_phases(checks, records, choice, label, expected_phases(topo))
         if "error" not in choice and "skipped" not in choice:
-            again = nccl_choice.choose(records)
+            again = nccl_choice.choose(records, weights=choice.get("weights"))
             checks.equal(
                 f"nccl {label}: recorded choice = the rule applied to the recorded table",
                 choice.get("chosen"),
@@ -452,6 +484,8 @@ def summary_text(results, checks, gpus):
         if choice is None:
             continue
         lines += ["", f"## {label}"]
+        phases = choice.get("phases") or {}
+        lines.append(f"sizes (bytes): decode {phases.get('decode')}, prefill {phases.get('prefill')}")
         if choice.get("skipped"):
             lines.append(choice["skipped"])
             continue

@@ -1,4 +1,4 @@
-"""roles/nccl_tuning/files/nccl_allreduce_bench.py end to end on the CPU: --backend gloo, two ranks.
+"""roles/nccl_measure/files/nccl_allreduce_bench.py end to end on the CPU: --backend gloo, two ranks.
 
 The launcher starts fresh processes per candidate, each with an exact environment (nothing
 inherited from NCCL_* of the caller). torch comes from $NCCL_BENCH_PYTHON when set, else from the
@@ -14,7 +14,7 @@ from pathlib import Path
 from parser_venv import nccl_bench_python
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "roles" / "nccl_tuning" / "files" / "nccl_allreduce_bench.py"
+BENCH = REPO / "roles" / "nccl_measure" / "files" / "nccl_allreduce_bench.py"
 
 
 def test_gloo_self_test_runs_fresh_processes_with_exact_environments(tmp_path, request):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from parser_venv import nccl_bench_python
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
@@ -234,60 +233,3 @@ def test_nvlink_node_gets_nccl_defaults_and_measurement_is_reported(box):
     assert facts["applied"]["measurement"]["table_md"] == "| t |"
     rc, out, _, facts = box.run(nccl_tuning_use_measurement=True)
     assert rc == 0 and facts["applied"]["source"] == "measurement" and facts["service_env"] == {}
-
-
-# --------------------------------------------------------------------------- playbooks/nccl_measure.yml
-
-
-def measure(tmp_path, python, **extra):
-    extravars = {
-        "sglang_state_dir": str(tmp_path / "state"),
-        "nccl_tuning_measure_python": str(python),
-        "nccl_tuning_artifacts_dir": str(tmp_path / "artifacts"),
-        "ansible_python_interpreter": sys.executable,
-        **extra,
-    }
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-c",
-            "local",
-            "-i",
-            "localhost,",
-            "playbooks/nccl_measure.yml",
-            "-e",
-            json.dumps(extravars),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def test_measure_refuses_a_candidate_that_turns_multicast_on(tmp_path):
-    rc, out = measure(tmp_path, sys.executable, nccl_tuning_measure_candidates={"nvls": {"NCCL_NVLS_ENABLE": "1"}})
-    assert rc != 0 and "nccl_tuning_measure_candidates.nvls: NCCL_NVLS_ENABLE must stay 0" in out
-    assert not (tmp_path / "state").exists()
-
-
-def test_measure_with_an_interpreter_without_torch_fails_clearly(tmp_path):
-    rc, out = measure(tmp_path, sys.executable)
-    assert rc != 0 and "cannot import torch" in out
-
-
-def test_measure_on_a_node_without_two_gpus_reports_and_fetches(tmp_path, request):
-    """The measuring playbook end to end where fewer than 2 GPUs are visible (the parser venv's CPU torch)."""
-    rc, out = measure(tmp_path, nccl_bench_python(request))
-    if "nothing was measured" not in out:
-        # Only with $NCCL_BENCH_PYTHON naming a CUDA torch on a machine with 2+ GPUs; CI has no GPU,
-        # so there the parser venv's CPU torch always takes the path below.
-        pytest.skip("this machine has 2+ GPUs: the GPU tier's device run covers the measuring path")
-    assert rc == 0, out[-3000:]
-    fetched = tmp_path / "artifacts" / "localhost" / "nccl"
-    assert json.loads((fetched / "choice.json").read_text())["settings"] is None
-    assert "nothing was measured" in (fetched / "allreduce.jsonl").read_text()
-    assert (tmp_path / "state" / "nccl" / "allreduce.jsonl").exists()  # kept on the node too

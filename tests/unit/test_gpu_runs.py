@@ -33,7 +33,7 @@ def _load(name, path):
 
 
 checks_mod = _load("gpu_tier_checks", REPO / "tests" / "gpu" / "gpu_tier_checks.py")
-nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_tuning" / "files" / "nccl_choice.py")
+nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py")
 
 ALL_RUNS = sorted(p for p in RUNS.iterdir() if p.is_dir())
 X2_RUNS = [p for p in ALL_RUNS if re.search(r"-h200x2\b", p.name)]
@@ -338,3 +338,31 @@ def test_run3_keeps_nccl_defaults_and_says_why():
     # with P2P off the rule keeps NCCL's defaults against both baselines, as in runs 1 and 2
     assert read_json(run, "nccl-p2p-off-choice.json")["chosen"] == "defaults"
     assert read_json(run, "nccl-p2p-off-rebased-choice.json")["chosen"] == "defaults"
+
+
+# --------------------------------------------------------------------------- the tier's size check
+
+
+def test_the_tier_expects_the_sizes_the_device_inventory_and_its_gpus_make():
+    """tests/gpu/gpu_tier_checks.py recomputes the plan from the recorded gpu_topology facts: on H200s
+    (141 GB: SGLang's 8192-token chunk) with the device inventory's EAGLE3 args and hidden 8192."""
+    topo = read_json(X2_RUNS[0], "gpu_topology.json")
+    phases = checks_mod.expected_phases(topo)
+    assert phases == {
+        "decode": [t * 16 * KiB for t in (1, 2, 4, 8, 16, 32, 64, 128, 192)],
+        "prefill": [16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB],
+    }
+    sizes = phases["decode"] + phases["prefill"]
+    run = {"us_per_allreduce": {str(s): 1.0 for s in sizes}, "phases": phases}
+    checks = checks_mod.Checks()
+    checks_mod.check_phases(checks, [run, run], {"phases": phases}, "defaults", phases)
+    assert not checks.failed
+    # a probe that got decode sizes only (the role before prefill sizes) fails both checks
+    decode_only = {"decode": phases["decode"], "prefill": []}
+    short = {"us_per_allreduce": {str(s): 1.0 for s in phases["decode"]}, "phases": decode_only}
+    checks = checks_mod.Checks()
+    checks_mod.check_phases(checks, [short], {"phases": decode_only}, "defaults", phases)
+    assert [c["check"] for c in checks.failed] == [
+        "nccl defaults: decode and prefill sizes follow the server arguments and GPU memory",
+        "nccl defaults: every run measured every decode and prefill size",
+    ]

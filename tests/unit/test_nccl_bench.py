@@ -1,4 +1,4 @@
-"""roles/nccl_tuning/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
+"""roles/nccl_measure/files/nccl_allreduce_bench.py without GPUs: arguments, environments, < 2 GPUs.
 
 Nothing here imports torch. The launcher's end-to-end run on the CPU (--backend gloo, fresh
 processes, exact environments) is tests/roles/test_nccl_bench_gloo.py.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FILES = REPO / "roles" / "nccl_tuning" / "files"
+FILES = REPO / "roles" / "nccl_measure" / "files"
 BENCH = FILES / "nccl_allreduce_bench.py"
 _spec = importlib.util.spec_from_file_location("nccl_allreduce_bench", BENCH)
 bench = importlib.util.module_from_spec(_spec)
@@ -179,6 +179,58 @@ def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(tmp_pat
     assert "| seed-pcie | 40.0 | 40.0 |" in choice["table_md"]
     assert "| 7 | defaults | 3 | 50.0 | 50.0 | 50.0 |" in choice["rounds_md"]
     assert json.loads((tmp_path / "c.json").read_text())["chosen"] == "seed-pcie"
+
+
+def test_decode_and_prefill_sizes_run_together_and_the_phases_reach_the_choice(tmp_path):
+    """Every run measures both phases; a candidate faster at decode but slower at prefill is refused."""
+    sizes_seen = []
+
+    def fake(name, candidate, sizes, world, args, tmpdir):
+        sizes_seen.append(sizes)
+        decode_us, prefill_us = {"defaults": (50.0, 250.0), "proto-ll": (35.0, 590.0)}[name]
+        return {
+            "candidate": name,
+            "settings": candidate,
+            "world": world,
+            "us_per_allreduce": {str(s): decode_us if s <= MiB else prefill_us for s in sizes},
+            "spread_us": {str(s): 0.5 for s in sizes},
+            "correct": True,
+        }
+
+    argv = [
+        "--decode-sizes", "16K,1M", "--prefill-sizes", "80M,40M", "--prefill-weight", "0.5",
+        "--candidates", '{"proto-ll": {"NCCL_PROTO": "LL"}}', "--rounds", "2",
+    ]
+    rc, out, err = run_main(argv, 2, fake)
+    assert rc == 0, err
+    assert "at decode sizes [16384, 1048576] and prefill sizes [41943040, 83886080] (bytes)" in err
+    assert sizes_seen == [[16 * KiB, MiB, 40 * MiB, 80 * MiB]] * 5
+    lines = [json.loads(line) for line in out.splitlines()]
+    phases = {"decode": [16 * KiB, MiB], "prefill": [40 * MiB, 80 * MiB]}
+    assert all(line["phases"] == phases for line in lines[:-1])
+    choice = lines[-1]["choice"]
+    assert choice["phases"] == phases and choice["weights"] == {"decode": 1.0, "prefill": 0.5}
+    assert choice["chosen"] == "defaults"
+    ll = choice["candidates"][1]
+    assert not ll["eligible"] and "41943040 B (prefill): 590.0 us vs 250.0 us (+136%" in ll["why"]
+    assert ll["vs_defaults_by_phase"]["decode"] == pytest.approx(0.7)
+    assert "prefill sizes 0.5 in all" in choice["rule"]
+
+
+def test_one_gpu_reports_the_sizes_it_would_have_measured(tmp_path):
+    choice = tmp_path / "choice.json"
+    rc, out, _ = run_main(["--sizes", "16K", "--prefill-sizes", "80M", "--choice-out", str(choice)], 1)
+    assert rc == 3
+    expected = {"decode": [16 * KiB], "prefill": [80 * MiB]}
+    assert json.loads(out)["phases"] == expected and json.loads(choice.read_text())["phases"] == expected
+
+
+def test_bad_weights_exit_2():
+    rc, _, err = run_main(["--decode-weight", "-1"], 2)
+    assert rc == 2 and "--decode-weight must be >= 0" in err
+    rc, _, err = run_main(["--decode-weight", "0"], 2)  # no prefill sizes: nothing would count
+    assert rc == 2 and "leaves nothing to weigh" in err
+    assert run_main(["--prefill-sizes", "3M,5"], 2)[0] == 2  # 5 bytes: not whole bf16 elements
 
 
 def bench_choice_rule():

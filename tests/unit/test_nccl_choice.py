@@ -1,4 +1,4 @@
-"""roles/nccl_tuning/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
+"""roles/nccl_measure/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
 (one run per setting, the format before rounds) and on made-up tables of several rounds."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl" / "h200x2-nvlink-nccl.txt"
 _spec = importlib.util.spec_from_file_location(
-    "nccl_choice", REPO / "roles" / "nccl_tuning" / "files" / "nccl_choice.py"
+    "nccl_choice", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py"
 )
 nc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nc)
@@ -267,3 +267,128 @@ def test_rounds_table_lists_every_run_then_the_best_round_and_noise():
         "| | defaults, best round | | 30.0 | |",
         "| | noise (defaults) | | 25% | 25.0% |",
     ]
+
+
+# --------------------------------------------------------------------------- decode and prefill sizes
+
+PREFILL_FIXTURE = REPO / "tests" / "fixtures" / "nccl" / "h200x2-nvlink-prefill-sizes.jsonl"
+PREFILL_SIZES = [16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB]
+# 4 MiB is the top of the decode range (hidden 8192 x 256 tokens x 2 B); the rest are chunks of prefill
+CAPTURE_PHASES = {"decode": [4 * MiB], "prefill": PREFILL_SIZES}
+LL_RING, LL, RING = "NCCL_ALGO=Ring NCCL_PROTO=LL", "NCCL_PROTO=LL", "NCCL_ALGO=Ring"
+
+
+def prefill_capture(p2p_off):
+    """The capture's runs with P2P on, or those with NCCL_P2P_DISABLE=1 with that variable taken
+    out of their settings (p2p-off alone is then the baseline), as tests/gpu/gpu_tier_checks.py does."""
+    records = []
+    for record in nc.load_records(PREFILL_FIXTURE.read_text().splitlines()):
+        settings = nc.settings_of(record)
+        if (settings.pop("NCCL_P2P_DISABLE", None) == "1") == p2p_off:
+            records.append(dict(record, settings=settings))
+    return records
+
+
+def ratio_to_best_defaults(choice, name, size):
+    row = next(r for r in choice["candidates"] if r["candidate"] == name)
+    return row["us_per_allreduce"][str(size)] / choice["candidates"][0]["best_us"][str(size)]
+
+
+@pytest.mark.parametrize("p2p_off, low, high", [(False, 1.7, 2.5), (True, 3.0, 3.5)])
+def test_real_capture_forcing_ll_is_refused_at_prefill_sizes(p2p_off, low, high):
+    records = prefill_capture(p2p_off)
+    assert len(records) == 8  # two rounds of defaults, LL+Ring, LL, Ring
+    choice = nc.choose(records, phases=CAPTURE_PHASES)
+    assert choice["chosen"] == "defaults" and choice["settings"] == {}
+    assert choice["defaults_rounds"] == 2 and choice["phases"] == CAPTURE_PHASES
+    rows = {r["candidate"]: r for r in choice["candidates"]}
+    for name in (LL_RING, LL):
+        assert not rows[name]["eligible"]
+        for size in PREFILL_SIZES:  # refused at every prefill size, each loss named with its phase
+            assert low <= ratio_to_best_defaults(choice, name, size) <= high
+            assert f"{size} B (prefill): " in rows[name]["why"]
+        assert rows[name]["vs_defaults_by_phase"]["prefill"] > low
+    # the geometric means weigh each phase as a whole: 1 decode size counts as much as 4 prefill sizes
+    assert choice["size_weights"] == {str(4 * MiB): 1.0, **{str(s): 0.25 for s in PREFILL_SIZES}}
+    assert "prefill sizes 1 in all" in choice["rule"] and "decode and prefill sizes alike" in choice["rule"]
+
+
+@pytest.mark.parametrize("p2p_off", [False, True])
+def test_real_capture_ring_alone_matches_the_defaults_at_prefill_sizes(p2p_off):
+    choice = nc.choose(prefill_capture(p2p_off), phases=CAPTURE_PHASES)
+    ring = next(r for r in choice["candidates"] if r["candidate"] == RING)
+    base = choice["candidates"][0]
+    for size in PREFILL_SIZES:  # within 4% of the defaults' median at every prefill size
+        assert ring["us_per_allreduce"][str(size)] == pytest.approx(base["us_per_allreduce"][str(size)], rel=0.04)
+    assert ring["vs_defaults_by_phase"]["prefill"] == pytest.approx(1.0, abs=0.02)
+    # matching is not winning: nothing to gain, so Ring alone is never chosen over NCCL's defaults
+    assert choice["chosen"] == "defaults"
+
+
+def test_real_capture_table_marks_prefill_sizes_and_each_phase():
+    table = nc.markdown_table(nc.choose(prefill_capture(False), phases=CAPTURE_PHASES)).splitlines()
+    assert table[0] == (
+        "| candidate | 4 MiB | prefill 16 MiB | prefill 32 MiB | prefill 64 MiB | prefill 128 MiB "
+        "| decode vs defaults | prefill vs defaults | geomean | eligible |"
+    )
+    assert table[2].startswith("| defaults | 38.1 | 78.0 | 140.2 | 251.8 | 470.5 | 1.00x | 1.00x |")
+    assert table[3].startswith(f"| {LL_RING} | 41.5 | 166.4 | 292.3 | 591.8 | 1168.1 | 1.09x | 2.26x |")
+
+
+def phased(name, settings, decode_us, prefill_us, **extra):
+    us = {16384: decode_us, 64 * MiB: prefill_us}
+    return rec(name, settings, us, phases={"decode": [16384], "prefill": [64 * MiB]}, **extra)
+
+
+PHASED_BASE = [phased("defaults", {}, 50.0, 250.0, round=i) for i in (1, 2)]
+
+
+def test_a_decode_win_with_a_prefill_loss_beyond_noise_is_refused():
+    # 30% faster at decode, 10% slower at prefill (noise 5%): refused, whatever the weights
+    ll = phased("ll", {"NCCL_PROTO": "LL"}, 35.0, 275.0)
+    for weights in (None, {"prefill": 0.0}, {"decode": 10.0}):
+        choice = nc.choose([*PHASED_BASE, ll], weights=weights)
+        row = choice["candidates"][1]
+        assert not row["eligible"] and choice["chosen"] == "defaults"
+        assert row["why"].startswith("slower than NCCL's defaults (best round) beyond noise at 67108864 B (prefill)")
+
+
+def test_phase_weights_decide_between_a_decode_gain_and_a_prefill_cost_within_noise():
+    # 10% faster at decode, 4% slower at prefill (within the 5% noise floor): eligible either way
+    ll = phased("ll", {"NCCL_PROTO": "LL"}, 45.0, 260.0)
+    equal = nc.choose([*PHASED_BASE, ll])
+    assert equal["candidates"][1]["eligible"]
+    assert equal["candidates"][1]["vs_defaults"] == pytest.approx((0.9 * 1.04) ** 0.5)  # 3.3% gain > 3%
+    assert equal["chosen"] == "ll" and equal["weights"] == {"decode": 1.0, "prefill": 1.0}
+    prefill_heavy = nc.choose([*PHASED_BASE, ll], weights={"prefill": 3.0})
+    assert prefill_heavy["candidates"][1]["vs_defaults"] == pytest.approx(0.9**0.25 * 1.04**0.75)  # 0.3% slower
+    assert prefill_heavy["chosen"] == "defaults" and "slower in geometric mean" in prefill_heavy["decision"]
+    assert "prefill sizes 3 in all" in prefill_heavy["rule"]
+
+
+def test_phases_come_from_the_table_and_old_tables_are_all_decode():
+    assert nc.phases_of(PHASED_BASE) == {"decode": [16384], "prefill": [64 * MiB]}
+    assert nc.phases_of(BASE) is None
+    old = nc.choose(fixture_records())
+    assert old["phases"] == {"decode": old["sizes"], "prefill": []} and old["rule"] == nc.RULE
+    # each phase counts as a whole; a size in both phases gets both shares
+    weights = nc.size_weights([1, 2, 3, 4], {"decode": [1, 2, 3], "prefill": [3, 4]}, {"decode": 3.0})
+    assert weights == {1: 1.0, 2: 1.0, 3: 1.5, 4: 0.5}
+    # a size the phases do not name is a decode size, in the weights and in the choice alike
+    assert nc.phase_members([1, 2, 5], {"prefill": [5]}) == {"decode": [1, 2], "prefill": [5]}
+    choice = nc.choose(PHASED_BASE, phases={"prefill": [64 * MiB]})
+    assert choice["phases"] == {"decode": [16384], "prefill": [64 * MiB]}
+    assert choice["size_weights"] == {"16384": 1.0, str(64 * MiB): 1.0}
+
+
+@pytest.mark.parametrize(
+    "weights, needle",
+    [
+        ({"decode": -1}, "the decode weight must be a number >= 0"),
+        ({"decode": 0, "prefill": 0}, "both 0"),
+        ({"verify": 1}, "unknown phase 'verify'"),
+    ],
+)
+def test_bad_weights_are_refused(weights, needle):
+    with pytest.raises(ValueError, match=needle):
+        nc.choose(PHASED_BASE, weights=weights)

@@ -117,7 +117,7 @@ def test_candidate_errors_refuse_multicast_and_empty_candidates():
     assert "non-empty" in ns.nccl_candidate_errors({"key": "a", "value": {}})[0]
     msg = ns.nccl_candidate_errors({"key": "nvls", "value": {"NCCL_NVLS_ENABLE": "1"}})
     assert msg == [
-        "nccl_tuning_measure_candidates.nvls: NCCL_NVLS_ENABLE must stay 0 while measuring "
+        "nccl_measure_candidates.nvls: NCCL_NVLS_ENABLE must stay 0 while measuring "
         "(NVLink multicast stays off)"
     ]
 

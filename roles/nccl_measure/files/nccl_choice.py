@@ -9,13 +9,20 @@ nccl_allreduce_bench.py:
 The probe measures in rounds: NCCL's defaults, each candidate, NCCL's defaults, each candidate, ...,
 NCCL's defaults, every run in fresh processes. All runs of one setting are its rounds, in table
 order. Older tables (one run per setting, no "round") are read as one round each. Lines without
-"candidate"/"settings" (tests/fixtures/nccl/h200x2-nvlink.jsonl) are understood too: the settings
+"candidate"/"settings" (tests/fixtures/nccl/h200x2-nvlink-nccl.txt) are understood too: the settings
 are then the line's "env" minus bookkeeping names (NCCL_VERSION, and the variables every run carries).
 
 Why rounds: NCCL's defaults measured 41.8 us at 16 KiB in one run and 26.0 us in the next, two
 minutes later on the same H200 pair (tests/fixtures/gpu-runs/2026-11-29-h200x2{,-run2}), far more
 than the spread of repetitions inside one run. The noise the rule uses is therefore the spread
 between launches of NCCL's defaults, not only the spread within one.
+
+Phases: the probe measures the sizes of both phases of the server (decode: one step's tokens;
+prefill: a chunk of chunked prefill and shorter prefills) and records them with each run
+("phases": {"decode": [...], "prefill": [...]}). A setting that wins at decode sizes can lose
+badly at prefill sizes: on an H200 NVLink pair NCCL_PROTO=LL cost 1.7-2.5x from 16 MiB up, 3.0-3.4x
+with P2P off (tests/fixtures/nccl/h200x2-nvlink-prefill-sizes.jsonl). Tables without phases are all
+decode.
 
 The rule (rule_text() below, stored next to the choice):
   1. The baseline is NCCL's own defaults (runs with no settings), measured in every round. Per
@@ -28,13 +35,17 @@ The rule (rule_text() below, stored next to the choice):
      the repetitions of one run), each the median over rounds.
   3. A candidate is eligible only if every round ran, gave correct sums and covered every size,
      and at every size its latency <= the defaults' best round x (1 + noise): never slower than
-     the most favourable measurement of NCCL's defaults, beyond measured noise.
+     the most favourable measurement of NCCL's defaults, beyond measured noise. Every size counts
+     here, decode and prefill alike: a loss at any of them refuses the candidate.
   4. Among eligible candidates the lowest geometric-mean latency wins, but only if its gain over
      the defaults' geometric mean (of the per-size medians) exceeds both min_gain and the
      geometric-mean noise of the defaults (half the range of the defaults' per-round geometric
      means, relative to their median), and only if the defaults were measured in at least
      min_default_rounds rounds (with one, the between-run noise is unknown). Otherwise NCCL's
      defaults are kept (an empty mapping). Ties go to fewer variables, then to the name.
+     Geometric means are weighted by phase: each phase's weight (PHASE_WEIGHTS, or the weights
+     given) is shared equally by its sizes, so a phase counts as a whole however many sizes
+     measure it.
 """
 
 from __future__ import annotations
@@ -51,15 +62,49 @@ NOISE_MULT = 3.0
 NOISE_FLOOR = 0.05
 MIN_GAIN = 0.03
 MIN_DEFAULT_ROUNDS = 2
+# How much each phase weighs in the geometric mean, as a whole however many sizes measure it.
+PHASE_WEIGHTS = {"decode": 1.0, "prefill": 1.0}
 
 
-def rule_text(noise_mult=NOISE_MULT, noise_floor=NOISE_FLOOR, min_gain=MIN_GAIN, min_default_rounds=MIN_DEFAULT_ROUNDS):
+def phase_weights(weights=None):
+    """The phases' weights, checked: {'decode': w, 'prefill': w}, none negative, not both 0."""
+    out = dict(PHASE_WEIGHTS)
+    for phase, value in (weights or {}).items():
+        if phase not in out:
+            raise ValueError(f"unknown phase {phase!r} in the weights (decode, prefill)")
+        if value is None or float(value) < 0:
+            raise ValueError(f"the {phase} weight must be a number >= 0, got {value!r}")
+        out[phase] = float(value)
+    if not any(out.values()):
+        raise ValueError("the decode and prefill weights are both 0: nothing would count")
+    return out
+
+
+def rule_text(
+    noise_mult=NOISE_MULT,
+    noise_floor=NOISE_FLOOR,
+    min_gain=MIN_GAIN,
+    min_default_rounds=MIN_DEFAULT_ROUNDS,
+    weights=None,
+):
+    """The rule in words. weights (decode and prefill phase weights) only where the table has prefill
+    sizes: over decode sizes alone the weighted geometric mean is the plain one, and the text the
+    same as before phases existed."""
+    phased = ("", "")
+    if weights is not None:
+        weights = phase_weights(weights)
+        phased = (
+            ", decode and prefill sizes alike,",
+            "; geometric means are weighted by phase (decode sizes "
+            f"{weights['decode']:g} in all, prefill sizes {weights['prefill']:g} in all)",
+        )
     return (
         "each setting's latency per size is the median over its rounds (fresh processes; NCCL's defaults "
         "run before, between and after the candidates' rounds); per size "
         f"noise = max({noise_floor:.0%}, half the range of the defaults' rounds / their median, "
         f"{noise_mult:g} x within-run spread / the defaults' median); a candidate is eligible only if every "
-        "round gave correct sums and at every size its latency <= the defaults' best round x (1 + noise); "
+        f"round gave correct sums and at every size{phased[0]} its latency <= the defaults' "
+        f"best round x (1 + noise){phased[1]}; "
         "the eligible candidate with the lowest geometric mean is chosen only if its gain over the defaults' "
         f"geometric mean exceeds both {min_gain:.0%} and the defaults' geometric-mean noise (half the range "
         f"of their per-round geometric means / their median), with the defaults measured in at least "
@@ -113,6 +158,49 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def phases_of(records):
+    """{'decode': [sizes], 'prefill': [sizes]} as the probe recorded them with each run, or None
+    (tables from before phases: every size is then a decode size)."""
+    for record in records:
+        if isinstance(record.get("phases"), dict):
+            return {phase: sorted(int(s) for s in sizes) for phase, sizes in record["phases"].items()}
+    return None
+
+
+def phase_members(sizes, phases=None):
+    """{'decode': [...], 'prefill': [...]}: the given sizes of each phase; a size in no phase
+    (every size of a table from before phases) is a decode size."""
+    members = {phase: [s for s in sizes if s in (phases or {}).get(phase, [])] for phase in PHASE_WEIGHTS}
+    members["decode"] += [s for s in sizes if not any(s in m for m in members.values())]
+    members["decode"].sort()
+    return members
+
+
+def size_weights(sizes, phases=None, weights=None):
+    """Per size, its weight in the geometric mean: each phase's weight shared equally among that
+    phase's sizes (a size in both phases gets both shares); a size in no phase counts as decode."""
+    weights = phase_weights(weights)
+    out = {s: 0.0 for s in sizes}
+    for phase, members in phase_members(sizes, phases).items():
+        for s in members:
+            out[s] += weights[phase] / len(members)
+    return out
+
+
+def weighted_geomean(us, weights):
+    """exp(sum w log us / sum w) over the sizes with a weight and a positive latency."""
+    pairs = [(weights[s], us[s]) for s in weights if weights[s] > 0 and us.get(s, 0) > 0]
+    total = sum(w for w, _ in pairs)
+    if not total:
+        return None
+    return math.exp(sum(w * math.log(v) for w, v in pairs) / total)
+
+
+def phase_of(size, phases):
+    names = [phase for phase in ("decode", "prefill") if size in (phases or {}).get(phase, [])]
+    return "+".join(names) or "decode"
+
+
 def half_range(values):
     """(max - min) / 2: the spread of a few measurements of one thing."""
     values = list(values)
@@ -158,8 +246,15 @@ def choose(
     min_gain=MIN_GAIN,
     sizes=None,
     min_default_rounds=MIN_DEFAULT_ROUNDS,
+    weights=None,
+    phases=None,
 ):
-    """The choice and the evidence, as a JSON-ready dict. Raises ValueError without a defaults run."""
+    """The choice and the evidence, as a JSON-ready dict. Raises ValueError without a defaults run.
+
+    phases: {'decode': [sizes], 'prefill': [sizes]}; default: what the table's runs recorded.
+    weights: {'decode': w, 'prefill': w} (PHASE_WEIGHTS where not given)."""
+    weights = phase_weights(weights)
+    phases = phases if phases is not None else phases_of(records)
     groups = group_rounds(records)
     if not groups or groups[0][1]:
         raise ValueError("no run under NCCL's defaults (a line with no NCCL settings) in the table")
@@ -179,8 +274,21 @@ def choose(
     base_best = {s: min(one[s] for one in base_rounds) for s in size_list}
     between = {s: half_range(one[s] for one in base_rounds) / base_med[s] for s in size_list}
     base_within = median_series(base_runs, "spread_us", size_list)
-    base_geo = geomean(base_med[s] for s in size_list)
-    round_geos = [geomean(one[s] for s in size_list) for one in base_rounds]
+    size_weight = size_weights(size_list, phases, weights)
+    by_phase = phase_members(size_list, phases)
+
+    def geo(us):
+        return weighted_geomean(us, size_weight)
+
+    def vs_by_phase(us):
+        return {
+            phase: geomean(us[s] for s in members) / geomean(base_med[s] for s in members)
+            for phase, members in by_phase.items()
+            if members and all(s in us for s in members)
+        }
+
+    base_geo = geo(base_med)
+    round_geos = [geo(one) for one in base_rounds]
     geo_noise = half_range(round_geos) / statistics.median(round_geos)
     needed_gain = max(min_gain, geo_noise)
 
@@ -197,6 +305,7 @@ def choose(
             "rounds": len(base_runs),
             "geomean_us": base_geo,
             "vs_defaults": 1.0,
+            "vs_defaults_by_phase": vs_by_phase(base_med),
             "why": f"NCCL's defaults (the baseline), measured in {len(base_runs)} round(s)"
             + (f"; {len(base_all) - len(base_runs)} more failed" if len(base_all) > len(base_runs) else ""),
             "us_per_allreduce": {str(s): base_med[s] for s in size_list},
@@ -223,8 +332,12 @@ def choose(
         if missing:
             row.update(eligible=False, geomean_us=None, vs_defaults=None, why=f"not measured at sizes {missing}")
             continue
-        geo = geomean(us[s] for s in size_list)
-        row.update(geomean_us=geo, vs_defaults=geo / base_geo if base_geo else None)
+        mean = geo(us)
+        row.update(
+            geomean_us=mean,
+            vs_defaults=mean / base_geo if base_geo else None,
+            vs_defaults_by_phase=vs_by_phase(us),
+        )
         if any(r.get("correct") is False for r in ran):
             row.update(eligible=False, why="wrong all-reduce sums (data corruption): never use")
             continue
@@ -239,8 +352,8 @@ def choose(
         limit = {s: base_best[s] * (1 + noise[s]) for s in size_list}
         row.update(noise={str(s): noise[s] for s in size_list}, limit_us={str(s): limit[s] for s in size_list})
         slower = [
-            f"{s} B: {us[s]:.1f} us vs {base_best[s]:.1f} us (+{us[s] / base_best[s] - 1:.0%}, "
-            f"noise {noise[s]:.0%}, limit {limit[s]:.1f} us)"
+            f"{s} B{f' ({phase_of(s, phases)})' if phases else ''}: {us[s]:.1f} us vs {base_best[s]:.1f} us "
+            f"(+{us[s] / base_best[s] - 1:.0%}, noise {noise[s]:.0%}, limit {limit[s]:.1f} us)"
             for s in size_list
             if us[s] > limit[s]
         ]
@@ -287,8 +400,13 @@ def choose(
                 f"(more than {need})"
             )
     return {
-        "rule": rule_text(noise_mult, noise_floor, min_gain, min_default_rounds),
+        "rule": rule_text(
+            noise_mult, noise_floor, min_gain, min_default_rounds, weights if by_phase["prefill"] else None
+        ),
         "sizes": size_list,
+        "phases": by_phase,
+        "weights": weights,
+        "size_weights": {str(s): size_weight[s] for s in size_list},
         "world": base_runs[0].get("world"),
         "chosen": chosen["candidate"] if not chosen["baseline"] else "defaults",
         "settings": dict(chosen["settings"]),
@@ -297,11 +415,11 @@ def choose(
         "defaults_geomean_noise": geo_noise,
         "needed_gain": needed_gain,
         "candidates": rows,
-        "runs": [_run_summary(r, i, size_list) for i, r in enumerate(records)],
+        "runs": [_run_summary(r, i, size_list, geo) for i, r in enumerate(records)],
     }
 
 
-def _run_summary(record, index, sizes):
+def _run_summary(record, index, sizes, geo):
     us = _series(record, "us_per_allreduce")
     out = {
         "seq": record.get("seq", index + 1),
@@ -312,19 +430,30 @@ def _run_summary(record, index, sizes):
         out["error"] = record["error"]
     else:
         out["us_per_allreduce"] = {str(s): us[s] for s in sizes if s in us}
-        out["geomean_us"] = geomean(us[s] for s in sizes if s in us)
+        out["geomean_us"] = geo({s: us[s] for s in sizes if s in us})
     return out
 
 
 def markdown_table(choice):
-    """A small Markdown table of the evidence (median us per size over rounds), for production docs."""
+    """A small Markdown table of the evidence (median us per size over rounds), for production docs.
+    With prefill sizes, those are marked "prefill" and each phase's geometric mean vs NCCL's defaults
+    gets a column."""
     sizes = choice["sizes"]
-    head = "| candidate | " + " | ".join(_size_label(s) for s in sizes) + " | geomean | eligible |"
-    sep = "|" + " --- |" * (len(sizes) + 3)
+    prefill = set((choice.get("phases") or {}).get("prefill") or [])
+    phased = ["decode", "prefill"] if prefill else []
+    labels = [("prefill " if s in prefill else "") + _size_label(s) for s in sizes]
+    head = (
+        "| candidate | "
+        + " | ".join(labels + [f"{phase} vs defaults" for phase in phased])
+        + " | geomean | eligible |"
+    )
+    sep = "|" + " --- |" * (len(sizes) + len(phased) + 3)
     lines = [head, sep]
     for row in choice["candidates"]:
         us = row.get("us_per_allreduce") or {}
         cells = [f"{us[str(s)]:.1f}" if str(s) in us else "-" for s in sizes]
+        ratios = row.get("vs_defaults_by_phase") or {}
+        cells += [f"{ratios[phase]:.2f}x" if phase in ratios else "-" for phase in phased]
         geo = f"{row['geomean_us']:.1f}" if row.get("geomean_us") else "-"
         lines.append(
             f"| {row['candidate']} | " + " | ".join(cells) + f" | {geo} | {'yes' if row['eligible'] else 'no'} |"

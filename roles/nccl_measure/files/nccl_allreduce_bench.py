@@ -26,8 +26,12 @@ How it measures
     then --reps repetitions of --iters back-to-back all-reduces timed with CUDA events; a
     repetition's time is the slowest rank's. Reported: median, spread = (max - min) / 2, min, max,
     in microseconds per all-reduce; times_us holds every repetition.
-  * Default sizes are decode-sized: hidden size x batch sizes x 2 bytes (bf16); hidden 8192 and
-    batch 1..256 give 16 KiB .. 4 MiB.
+  * Sizes come in two phases. Decode (--decode-sizes, alias --sizes; default hidden size x batch
+    sizes x 2 bytes (bf16): hidden 8192 and batch 1..256 give 16 KiB .. 4 MiB) and prefill
+    (--prefill-sizes; default none: chunked prefill size x hidden x 2 bytes and shorter prefills,
+    tens of MiB, as roles/nccl_measure derives them from the model and the server arguments). Both
+    are measured in every run; each run records them ("phases"), and the choice rule refuses a
+    candidate that loses at any of them and weighs the phases by --decode-weight/--prefill-weight.
 
 Output: one JSON line per run, in launch order, with "round" (1..rounds, rounds + 1 for the last
 defaults run) and "seq" (launch order), then one {"choice": ...} line made by nccl_choice.choose()
@@ -151,10 +155,19 @@ def build_parser():
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(
+        "--decode-sizes",
         "--sizes",
-        help="comma list of message sizes in bytes (16K, 4MiB ... accepted); "
+        dest="sizes",
+        help="comma list of decode message sizes in bytes (16K, 4MiB ... accepted); "
         "default: hidden size x batch sizes x 2 bytes",
     )
+    p.add_argument(
+        "--prefill-sizes",
+        help="comma list of prefill message sizes in bytes (chunked prefill size x hidden x 2 and shorter); "
+        "default: none",
+    )
+    p.add_argument("--decode-weight", type=float, default=None, help="weight of the decode sizes in the choice (1)")
+    p.add_argument("--prefill-weight", type=float, default=None, help="weight of the prefill sizes in the choice (1)")
     p.add_argument("--hidden-size", type=int, default=8192, help="model hidden size for default sizes (8192)")
     p.add_argument(
         "--batch-sizes",
@@ -202,14 +215,15 @@ def build_parser():
 
 
 def resolve_args(args):
-    """Sizes and candidates from parsed args; raises ValueError on bad input."""
+    """Phases ({'decode': sizes, 'prefill': sizes}) and candidates from parsed args; raises ValueError on bad input."""
     if args.sizes:
-        sizes = parse_sizes(args.sizes)
+        decode = parse_sizes(args.sizes)
     else:
         batch = [int(b) for b in args.batch_sizes.split(",") if b.strip()]
         if args.hidden_size < 1 or not batch or min(batch) < 1:
             raise ValueError("--hidden-size and --batch-sizes must be positive")
-        sizes = default_sizes(args.hidden_size, batch)
+        decode = default_sizes(args.hidden_size, batch)
+    phases = {"decode": decode, "prefill": parse_sizes(args.prefill_sizes) if args.prefill_sizes else []}
     if args.candidates_file:
         with open(args.candidates_file, encoding="utf-8") as fh:
             candidates = parse_candidates(fh.read())
@@ -222,7 +236,16 @@ def resolve_args(args):
             raise ValueError(f"--{name} must be >= 1")
     if args.warmup < 0:
         raise ValueError("--warmup must be >= 0")
-    return sizes, candidates
+    for name in ("decode_weight", "prefill_weight"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+    if args.decode_weight == 0 and (args.prefill_weight == 0 or not phases["prefill"]):
+        raise ValueError("--decode-weight 0 leaves nothing to weigh (no prefill sizes, or their weight is 0 too)")
+    return phases, candidates
+
+
+def all_sizes(phases):
+    return sorted({s for sizes in phases.values() for s in sizes})
 
 
 # --------------------------------------------------------------------------- worker (one per GPU)
@@ -463,11 +486,11 @@ def main(argv=None, gpu_count=visible_gpus, runner=run_candidate):
     if args.worker:
         return worker(args.worker)
     try:
-        sizes, candidates = resolve_args(args)
+        phases, candidates = resolve_args(args)
     except (ValueError, OSError) as exc:
         print(f"nccl_allreduce_bench: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return _measure(args, sizes, candidates, gpu_count, runner)
+    return _measure(args, phases, candidates, gpu_count, runner)
 
 
 def _emit(out, obj):
@@ -498,7 +521,7 @@ def _write_json(path, obj):
     os.replace(path + ".partial", path)
 
 
-def _measure(args, sizes, candidates, gpu_count, runner):
+def _measure(args, phases, candidates, gpu_count, runner):
     try:
         count = (args.nproc or 2) if args.backend == "gloo" else gpu_count()
     except ImportError as exc:
@@ -514,7 +537,7 @@ def _measure(args, sizes, candidates, gpu_count, runner):
         )
         return EXIT_USAGE
     with _Output(args.out) as out:
-        return _measure_into(args, sizes, candidates, count, runner, out)
+        return _measure_into(args, phases, candidates, count, runner, out)
 
 
 def run_plan(candidates, rounds):
@@ -527,8 +550,9 @@ def run_plan(candidates, rounds):
     return plan
 
 
-def _measure_into(args, sizes, candidates, count, runner, out):
+def _measure_into(args, phases, candidates, count, runner, out):
     world = args.nproc or count
+    sizes = all_sizes(phases)
     if world < 2:
         msg = (
             f"{count} CUDA device(s) visible: "
@@ -536,9 +560,12 @@ def _measure_into(args, sizes, candidates, count, runner, out):
             + ", so nothing was measured (needs at least 2 GPUs)"
         )
         print(f"nccl_allreduce_bench: {msg}", file=sys.stderr)
-        _emit(out, {"skipped": msg, "world": world, "gpus": count})
+        _emit(out, {"skipped": msg, "world": world, "gpus": count, "phases": phases})
         if args.choice_out:
-            _write_json(args.choice_out, {"skipped": msg, "world": world, "chosen": None, "settings": None})
+            _write_json(
+                args.choice_out,
+                {"skipped": msg, "world": world, "chosen": None, "settings": None, "phases": phases},
+            )
         return EXIT_NOTHING_TO_MEASURE
 
     sys.path.insert(0, HERE)
@@ -546,6 +573,11 @@ def _measure_into(args, sizes, candidates, count, runner, out):
 
     records = []
     plan = run_plan(candidates, args.rounds)
+    print(
+        f"nccl_allreduce_bench: {len(plan)} runs ({args.rounds} round(s) of {', '.join(candidates)}, NCCL's defaults "
+        f"around them) on {world} ranks, at decode sizes {phases['decode']} and prefill sizes {phases['prefill']} (bytes)",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory(prefix="nccl-bench-") as tmpdir:
         for seq, (round_no, name, candidate) in enumerate(plan, 1):
             if records and records[0].get("error"):
@@ -568,7 +600,7 @@ def _measure_into(args, sizes, candidates, count, runner, out):
             rundir = os.path.join(tmpdir, f"{seq:02d}")
             os.mkdir(rundir)
             record = runner(name, candidate, sizes, world, args, rundir)
-            record.update(round=round_no, seq=seq)
+            record.update(round=round_no, seq=seq, phases=phases)
             if record.get("injected_env"):
                 print(
                     f"nccl_allreduce_bench: warning: the interpreter injected {record['injected_env']} "
@@ -584,10 +616,16 @@ def _measure_into(args, sizes, candidates, count, runner, out):
         for k, v in (("noise_mult", args.noise_mult), ("noise_floor", args.noise_floor), ("min_gain", args.min_gain))
         if v is not None
     }
+    weights = {k: v for k, v in (("decode", args.decode_weight), ("prefill", args.prefill_weight)) if v is not None}
     try:
-        choice = nccl_choice.choose(records, **params)
+        choice = nccl_choice.choose(records, weights=weights, phases=phases, **params)
     except ValueError as exc:
-        choice = {"error": str(exc), "chosen": None, "settings": None, "rule": nccl_choice.rule_text(**params)}
+        choice = {
+            "error": str(exc),
+            "chosen": None,
+            "settings": None,
+            "rule": nccl_choice.rule_text(**params, weights=weights if phases["prefill"] else None),
+        }
     if "error" not in choice:
         choice["table_md"] = nccl_choice.markdown_table(choice)
         choice["rounds_md"] = nccl_choice.rounds_table(choice)
