@@ -98,6 +98,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+in_sync:
+  description: Nothing to change (the opposite of changed, kept when a plan task sets changed_when false).
+  returned: always
+  type: bool
 state:
   description: C(verified) (nothing to do), C(recorded) (record rewritten), C(placed) (folder rebuilt), C(unmanaged).
   returned: always
@@ -138,6 +142,21 @@ available_bytes:
   description: Free bytes (for root) on the filesystem that holds O(path).
   returned: always
   type: int
+filesystem:
+  description: Device number of that filesystem, so that models sharing it are counted together.
+  returned: always
+  type: int
+path:
+  description: The model folder.
+  returned: always
+  type: str
+record:
+  description: What production_v2.md records of the model.
+  returned: always
+  type: dict
+  sample: {"label": "sglang_models_target_source", "path": "/data/models/target", "source": {"type": "http",
+           "url": "https://mirror.internal/models/target"}, "revision": "2026-11-30",
+           "manifest_digest": "9f2c...", "files": 6, "bytes": 1331646}
 """
 
 import json
@@ -190,6 +209,10 @@ def _existing_ancestor(path):
 def _available(path):
     info = os.statvfs(_existing_ancestor(path))
     return info.f_bavail * info.f_frsize
+
+
+def _filesystem(path):
+    return os.stat(_existing_ancestor(path)).st_dev
 
 
 def _wrong_ownership(path, mode):
@@ -407,9 +430,11 @@ def unmanaged(module, path, inspect):
     reader = folder.reader(set(f["path"] for f in files), path)
     config = folder.config(reader)
     tensors = folder.tensors(reader, inspect)
-    module.exit_json(changed=False, state="unmanaged", fetch=[], hashed=[], manifest_digest=None,
+    record = dict(label=module.params["label"], path=path, source={"type": "none"}, revision=None,
+                  manifest_digest=None, files=len(files), bytes=sum(f["size"] for f in files))
+    module.exit_json(changed=False, in_sync=True, state="unmanaged", path=path, record=record, fetch=[], hashed=[], manifest_digest=None,
                      files=folder.manifest, config=config, tensors=tensors, needed_bytes=0,
-                     available_bytes=_available(path))
+                     available_bytes=_available(path), filesystem=_filesystem(path))
 
 
 def run(module):
@@ -434,8 +459,12 @@ def run(module):
     bad = [{"path": p, "reason": v} for p, v in sorted(verdicts.items()) if v != OK]
     # A stop between the swap's renames leaves the folder at its previous name: a rebuild puts it back.
     misplaced = folder.current() not in (None, folder.path)
-    result = dict(changed=False, fetch=bad, manifest_digest=manifest_digest(manifest), needed_bytes=0,
-                  available_bytes=_available(folder.path), files=[{"path": e["path"], "size": e["size"]} for e in manifest])
+    result = dict(changed=False, path=folder.path, fetch=bad, manifest_digest=manifest_digest(manifest),
+                  needed_bytes=0, available_bytes=_available(folder.path), filesystem=_filesystem(folder.path),
+                  files=[{"path": e["path"], "size": e["size"]} for e in manifest])
+    result["record"] = dict(label=label, path=folder.path, source=source.describe() if source else {"type": "none"},
+                            revision=params["revision"], manifest_digest=result["manifest_digest"],
+                            files=len(manifest), bytes=sum(e["size"] for e in manifest))
 
     if bad or misplaced:
         if source is None:
@@ -475,6 +504,7 @@ def run(module):
     result["config"] = folder.config(reader)
     result["tensors"] = folder.tensors(reader, params["inspect_tensors"])
     result["hashed"] = folder.hashed
+    result["in_sync"] = not result["changed"]
     module.exit_json(**result)
 
 
