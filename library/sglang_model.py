@@ -98,6 +98,12 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+drifted:
+  description: One line per file that differs (what playbooks/drift.yml lists).
+  returned: always
+  type: list
+  elements: str
+  sample: ["model-00002-of-00002.safetensors: sha256 1f..., manifest says 9c..."]
 in_sync:
   description: Nothing to change (the opposite of changed, kept when a plan task sets changed_when false).
   returned: always
@@ -505,6 +511,11 @@ def run(module):
     result["tensors"] = folder.tensors(reader, params["inspect_tensors"])
     result["hashed"] = folder.hashed
     result["in_sync"] = not result["changed"]
+    # What playbooks/drift.yml lists for this model (callback_plugins/sglang_drift.py reads it).
+    result["drifted"] = (["%s: %s" % (b["path"], b["reason"]) for b in bad]
+                         + ["%s: not root-owned %s" % (p, "0755" if p == folder.path or os.path.isdir(p) else "0644")
+                            for p in result.get("ownership", [])]
+                         + ["%s: left over" % p for p in result.get("leftovers", [])])
     module.exit_json(**result)
 
 
