@@ -152,8 +152,8 @@ filesystem:
   description: Device number of that filesystem, so that models sharing it are counted together.
   returned: always
   type: int
-path:
-  description: The model folder.
+folder:
+  description: The model folder (not C(path), which would make Ansible add the folder's file attributes).
   returned: always
   type: str
 record:
@@ -438,7 +438,7 @@ def unmanaged(module, path, inspect):
     tensors = folder.tensors(reader, inspect)
     record = dict(label=module.params["label"], path=path, source={"type": "none"}, revision=None,
                   manifest_digest=None, files=len(files), bytes=sum(f["size"] for f in files))
-    module.exit_json(changed=False, in_sync=True, state="unmanaged", path=path, record=record, fetch=[], hashed=[], manifest_digest=None,
+    module.exit_json(changed=False, in_sync=True, state="unmanaged", folder=path, record=record, fetch=[], hashed=[], manifest_digest=None,
                      files=folder.manifest, config=config, tensors=tensors, needed_bytes=0,
                      available_bytes=_available(path), filesystem=_filesystem(path))
 
@@ -465,7 +465,7 @@ def run(module):
     bad = [{"path": p, "reason": v} for p, v in sorted(verdicts.items()) if v != OK]
     # A stop between the swap's renames leaves the folder at its previous name: a rebuild puts it back.
     misplaced = folder.current() not in (None, folder.path)
-    result = dict(changed=False, path=folder.path, fetch=bad, manifest_digest=manifest_digest(manifest),
+    result = dict(changed=False, folder=folder.path, fetch=bad, manifest_digest=manifest_digest(manifest),
                   needed_bytes=0, available_bytes=_available(folder.path), filesystem=_filesystem(folder.path),
                   files=[{"path": e["path"], "size": e["size"]} for e in manifest])
     result["record"] = dict(label=label, path=folder.path, source=source.describe() if source else {"type": "none"},

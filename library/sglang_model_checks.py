@@ -107,7 +107,7 @@ def space_problems(models):
             problems.append("not enough free space for %s: the files still to fetch need %d bytes (%s), the "
                             "filesystem holding %s has %d bytes (%s) available"
                             % (" and ".join(label for label, _r in group), needed, gib(needed),
-                               group[0][1].get("path"), available, gib(available)))
+                               group[0][1].get("folder"), available, gib(available)))
     return problems
 
 
