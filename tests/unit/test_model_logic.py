@@ -238,3 +238,23 @@ def test_an_implausible_safetensors_header_is_refused():
     junk = b"\xff" * 16
     with pytest.raises(ValueError, match="not plausible"):
         checks.safetensors_header(lambda offset, length: junk[offset:offset + length])
+
+
+# --------------------------------------------------------------------------- scripts/model-manifest
+
+def test_model_manifest_script_pins_every_file_the_module_accepts(tmp_path):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import yaml  # pylint: disable=import-outside-toplevel
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".cache").mkdir()
+    files = {"config.json": b"{}", "sub/model.safetensors": b"\x00" * 1000}
+    for path, data in files.items():
+        (tmp_path / path).write_bytes(data)
+    (tmp_path / ".cache" / "lock").write_bytes(b"x")  # tool state, left out
+    (tmp_path / manifest.RECORD_NAME).write_text("{}")  # the module's own record, left out
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "model-manifest"), str(tmp_path),
+                           "--var", "sglang_models_draft_manifest"], capture_output=True, text=True, check=True)
+    pinned = yaml.safe_load(done.stdout)["sglang_models_draft_manifest"]
+    assert pinned == [{"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                      for p, d in sorted(files.items())]
+    assert manifest.normalise_manifest(pinned) == pinned
