@@ -40,10 +40,22 @@ options:
     default: {type: none}
     suboptions:
       type:
-        description: none (verify only), dir (a folder on the node, e.g. NFS) or http (plain files under O(source.url)).
+        description:
+          - none (verify only), dir (a folder on the node, e.g. NFS), http (plain files under
+            O(source.url)) or hf (a Hugging Face Hub repository at a pinned commit, fetched with
+            huggingface_hub under O(hf_python)).
         type: str
-        choices: [none, dir, http]
+        choices: [none, dir, http, hf]
         default: none
+      repo:
+        description: The Hub repository, owner/name (type hf).
+        type: str
+      revision:
+        description: The commit hash the files are pinned to, 40 hex digits; a branch or tag is refused (type hf).
+        type: str
+      endpoint:
+        description: The Hub's URL (HF_ENDPOINT), for an internal mirror of the Hub; default huggingface_hub's own (type hf).
+        type: str
       path:
         description: The source folder (type dir).
         type: path
@@ -59,9 +71,19 @@ options:
         type: int
         default: 60
   manifest:
-    description: Every file of the model, as path (relative), size (bytes) and sha256.
+    description:
+      - Every file of the model, as path (relative), size (bytes) and sha256.
+      - May be left out with O(source.type=hf); the manifest of the pinned commit is then read from
+        the Hub (LFS sha256, git blob ids for the rest) on the first fetch and recorded in the folder.
     type: list
     elements: dict
+  hf_python:
+    description: Interpreter with huggingface_hub (SGLang's venv), for O(source.type=hf).
+    type: path
+    default: /opt/sglang/venv/bin/python
+  hf_token:
+    description: Hub token (from ansible-vault), passed to huggingface_hub as HF_TOKEN, never logged.
+    type: str
   revision:
     description: A label of the source's version, recorded with the manifest (e.g. a mirror snapshot).
     type: str
@@ -176,9 +198,12 @@ from ansible.module_utils.model_manifest import (
     HASH, MISSING, OK, RECORD_NAME, ManifestError, file_sha256, free_space_problem, hashed_verdict,
     manifest_digest, normalise_manifest, parse_record, quick_verdict, record_text, staging_paths,
 )
+from ansible.module_utils.model_hub import HubError, HubSource, revision_problem
 from ansible.module_utils.model_sources import SourceError, make_source
 
 FILE_MODE, DIR_MODE = 0o644, 0o755
+# Where hf_hub_download puts files (and its resumable partial downloads) inside the staging folder.
+HUB_DOWNLOADS = ".hub"
 
 
 class ModelError(Exception):
@@ -296,6 +321,8 @@ class ModelFolder:
         final = os.path.join(self.staging, entry["path"])
         part = final + ".part"
         self._makedirs(os.path.dirname(final))
+        if isinstance(self.source, HubSource):
+            return self.fetch_from_hub(entry, final)
         offset = self.partial_bytes(entry["path"])
         if offset and (offset > entry["size"] or not resume):
             os.unlink(part)
@@ -339,6 +366,21 @@ class ModelFolder:
         os.rename(part, final)
         return None
 
+    def fetch_from_hub(self, entry, final):
+        """hf_hub_download into the staging folder's .hub (it resumes there by itself), then check."""
+        local = self.source.download(entry["path"], os.path.join(self.staging, HUB_DOWNLOADS))
+        with open(local, "rb") as handle:
+            sha = file_sha256(handle).hexdigest()
+        size = os.path.getsize(local)
+        if size != entry["size"] or sha != entry["sha256"]:
+            os.unlink(local)
+            raise ModelError("the source of %s does not match the pinned manifest: %s has %d bytes with sha256 %s, the "
+                             "manifest says %d bytes with sha256 %s; %s was left as it was"
+                             % (self.label, entry["path"], size, sha, entry["size"], entry["sha256"], self.path))
+        os.chmod(local, FILE_MODE)
+        os.rename(local, final)
+        return None
+
     def _makedirs(self, folder):
         if not os.path.isdir(folder):
             os.makedirs(folder, DIR_MODE)
@@ -356,6 +398,8 @@ class ModelFolder:
                 os.link(os.path.join(current, entry["path"]), staged)
             elif not self._staged_complete(entry, staged):
                 self.fetch(entry)
+        if os.path.isdir(os.path.join(self.staging, HUB_DOWNLOADS)):  # huggingface_hub's own metadata
+            shutil.rmtree(os.path.join(self.staging, HUB_DOWNLOADS))
         self.write_record(self.staging, revision)
         for root, dirs, files in os.walk(self.staging):
             self.fix_ownership([os.path.join(root, name) for name in dirs + files])
@@ -422,6 +466,16 @@ class ModelFolder:
         return found
 
 
+def recorded_hub_manifest(path, source):
+    """The manifest recorded in the folder on a first fetch from the same pinned commit, else None:
+    a pinned commit's files never change, so the Hub is not asked again."""
+    for folder in (path,) + staging_paths(path)[1:]:
+        record = parse_record(_read(os.path.join(folder, RECORD_NAME)))
+        if record and record.get("source") == source.describe() and isinstance(record.get("manifest"), list):
+            return record["manifest"]
+    return None
+
+
 def unmanaged(module, path, inspect):
     """No manifest and no source: read the folder as it is (a model put there by hand)."""
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -446,17 +500,27 @@ def unmanaged(module, path, inspect):
 def run(module):
     params = module.params
     label = params["label"]
-    source = make_source(params["source"])
+    if params["source"]["type"] == "hf":
+        problem = revision_problem(params["source"], label) if params["source"].get("repo") else (
+            "%s: a source of type hf needs repo" % label)
+        if problem:
+            module.fail_json(msg=problem)
+        source = HubSource(params["source"], module, params["hf_python"], params["hf_token"])
+    else:
+        source = make_source(params["source"])
     if params["source"]["type"] == "dir" and not params["source"].get("path"):
         module.fail_json(msg="%s: a source of type dir needs path" % label)
     if params["source"]["type"] == "http" and not params["source"].get("url"):
         module.fail_json(msg="%s: a source of type http needs url" % label)
-    if params["manifest"] is None:
+    pinned = params["manifest"]
+    if pinned is None and isinstance(source, HubSource):
+        pinned = recorded_hub_manifest(params["path"], source) or source.manifest(label)
+    if pinned is None:
         if source is not None:
             module.fail_json(msg="%s has a source but no manifest: pin every file (path, size, sha256)" % label)
         unmanaged(module, params["path"], params["inspect_tensors"])
     try:
-        manifest = normalise_manifest(params["manifest"], label.replace("_source", "_manifest"))
+        manifest = normalise_manifest(pinned, label.replace("_source", "_manifest"))
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
 
@@ -524,9 +588,12 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             source=dict(type="dict", default={"type": "none"}, options=dict(
-                type=dict(type="str", choices=["none", "dir", "http"], default="none"),
+                type=dict(type="str", choices=["none", "dir", "http", "hf"], default="none"),
                 path=dict(type="path"),
                 url=dict(type="str"),
+                repo=dict(type="str"),
+                revision=dict(type="str"),
+                endpoint=dict(type="str"),
                 validate_certs=dict(type="bool", default=True),
                 timeout=dict(type="int", default=60),
             )),
@@ -535,12 +602,14 @@ def main():
             verify=dict(type="str", choices=["quick", "full"], default="quick"),
             label=dict(type="str", default="model"),
             inspect_tensors=dict(type="list", elements="str", default=[]),
+            hf_python=dict(type="path", default="/opt/sglang/venv/bin/python"),
+            hf_token=dict(type="str", no_log=True),
         ),
         supports_check_mode=True,
     )
     try:
         run(module)
-    except (ModelError, SourceError) as exc:
+    except (ModelError, SourceError, HubError) as exc:
         module.fail_json(msg=str(exc))
     except ValueError as exc:  # config.json or a safetensors header that does not parse
         module.fail_json(msg="%s: %s" % (module.params["label"], exc))

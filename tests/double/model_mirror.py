@@ -62,44 +62,52 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.server.record(entry)
             self.send_error(404)
             return
-        size = os.path.getsize(full)
-        first, last, status = 0, size - 1, 200
-        match = RANGE_RE.match(requested or "")
-        if match:
-            first = int(match.group(1))
-            last = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
-            status = 206
-            if first >= size:
-                entry["status"] = 416
-                self.server.record(entry)
-                self.send_response(416)
-                self.send_header("Content-Range", "bytes */%d" % size)
-                self.end_headers()
-                return
         cut = None
-        if send_body and not match and path in self.server.cuts:
+        if send_body and not RANGE_RE.match(requested or "") and path in self.server.cuts:
             cut = self.server.cuts.pop(path)
-        entry.update(status=status, cut=cut)
-        self.server.record(entry)
-        self.send_response(status)
-        self.send_header("Content-Length", str(last - first + 1))
-        self.send_header("Accept-Ranges", "bytes")
-        if status == 206:
-            self.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, size))
-        self.end_headers()
-        if not send_body:
-            return
-        with open(full, "rb") as handle:
-            handle.seek(first)
-            data = handle.read(last - first + 1)
-        if cut is not None:
-            self.wfile.write(data[:cut])
-            self.wfile.flush()
-            self.close_connection = True
-            self.connection.shutdown(2)
-            return
-        self.wfile.write(data)
+        send_file(self, full, entry, send_body, cut)
 
+
+def send_file(handler, full, entry, send_body, cut=None, headers=()):
+    """Answer with the file at ``full`` (206 and a slice for a Range request), log ``entry``;
+    ``cut``: close the connection after that many bytes of the body."""
+    size = os.path.getsize(full)
+    requested = handler.headers.get("Range")
+    first, last, status = 0, size - 1, 200
+    match = RANGE_RE.match(requested or "")
+    if match:
+        first = int(match.group(1))
+        last = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+        status = 206
+        if first >= size:
+            entry["status"] = 416
+            handler.server.record(entry)
+            handler.send_response(416)
+            handler.send_header("Content-Range", "bytes */%d" % size)
+            handler.end_headers()
+            return
+    entry.update(status=status, cut=cut)
+    handler.server.record(entry)
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(last - first + 1))
+    handler.send_header("Accept-Ranges", "bytes")
+    for name, value in headers:
+        handler.send_header(name, value)
+    if status == 206:
+        handler.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, size))
+    handler.end_headers()
+    if not send_body:
+        return
+    with open(full, "rb") as stream:
+        stream.seek(first)
+        data = stream.read(last - first + 1)
+    if cut is not None:
+        handler.wfile.write(data[:cut])
+        handler.wfile.flush()
+        handler.close_connection = True
+        handler.connection.shutdown(2)
+        return
+    handler.wfile.write(data)
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

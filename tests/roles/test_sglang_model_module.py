@@ -31,7 +31,7 @@ def _load(name, path):
 
 # The module imports its helpers as ansible.module_utils.* (ansible.cfg's module_utils path at run
 # time); make those names resolve to the repository's files here.
-for _name in ("model_manifest", "model_checks", "model_sources"):
+for _name in ("model_manifest", "model_checks", "model_sources", "model_hub"):
     sys.modules["ansible.module_utils." + _name] = _load("ansible.module_utils." + _name,
                                                          REPO / "module_utils" / (_name + ".py"))
 model_module = _load("sglang_model_under_test", REPO / "library" / "sglang_model.py")
