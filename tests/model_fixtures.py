@@ -21,10 +21,10 @@ def make_models(parser_python, out: Path, variant="good"):
 class MirrorProcess:
     """tests/double/model_mirror.py serving ``root`` on ``bind``; requests are read from its log."""
 
-    def __init__(self, root: Path, log: Path, bind="127.0.0.1", cuts=()):
+    def __init__(self, root: Path, log: Path, bind="127.0.0.1", cuts=(), double="model_mirror.py", options=()):
         self.log = log
-        command = [sys.executable, str(DOUBLE / "model_mirror.py"), str(root), "--bind", bind, "--port", "0",
-                   "--log", str(log)]
+        command = [sys.executable, str(DOUBLE / double), str(root), "--bind", bind, "--port", "0",
+                   "--log", str(log), *options]
         for path, count in cuts:
             command += ["--cut", "%s:%d" % (path, count)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)  # pylint: disable=consider-using-with
@@ -36,6 +36,12 @@ class MirrorProcess:
         if not self.log.exists():
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    @classmethod
+    def hub(cls, root: Path, log: Path, repo, commit, token, bind="127.0.0.1"):
+        """tests/double/hf_hub_double.py serving ``root`` as ``repo`` at ``commit``, asking for ``token``."""
+        return cls(root, log, bind=bind, double="hf_hub_double.py",
+                   options=("--repo", repo, "--commit", commit, "--token", token))
 
     def stop(self):
         self.process.terminate()

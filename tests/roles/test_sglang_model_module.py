@@ -227,3 +227,56 @@ def test_an_unmanaged_folder_is_only_read(capsys, models):
     assert result["state"] == "unmanaged" and result["changed"] is False
     assert result["tensors"] == {"d2t": [512]}
     assert sorted(f["path"] for f in result["files"]) == ["config.json", "model.safetensors"]
+
+
+# --------------------------------------------------------------------------- Hugging Face Hub source
+
+COMMIT = "4f2a9c0e1b3d5f7a9c0e1b3d5f7a9c0e1b3d5f7a"
+TOKEN = "hf_test_token_not_a_secret"
+
+
+@pytest.fixture
+def hub(models, tmp_path):
+    process = MirrorProcess.hub(models[0] / "target", tmp_path / "hub.log", "example/target", COMMIT, TOKEN)
+    yield process
+    process.stop()
+
+
+def test_a_hub_source_at_a_pinned_commit_records_its_manifest_on_first_fetch(capsys, models, hub, tmp_path,
+                                                                              parser_python):
+    dest = tmp_path / "target"
+    args = dict(path=str(dest), hf_python=str(parser_python), hf_token=TOKEN,
+                source={"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url})
+    first = run_model(capsys, **args)
+    assert first["changed"] is True and first["state"] == "placed"
+    expected = sorted(models[1]["target"], key=lambda e: e["path"])
+    record = json.loads((dest / ".sglang-model.json").read_text())
+    assert record["manifest"] == expected  # LFS sha256 from the Hub, the git files hashed after their blob id
+    assert record["source"] == {"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url}
+    for entry in expected:
+        assert (dest / entry["path"]).stat().st_size == entry["size"]
+    assert not (tmp_path / ".target.sglang-staging").exists() and not (dest / ".hub").exists()
+    requests = hub.requests()
+    assert requests and all(r["token"] is True for r in requests)  # HF_TOKEN reached huggingface_hub
+    assert any(r["path"].startswith("/example/target/resolve/%s/" % COMMIT) and r["method"] == "HEAD"
+               for r in requests)  # hf_hub_download's metadata request, then its download
+    assert TOKEN not in json.dumps(first)
+
+    before = len(hub.requests())
+    second = run_model(capsys, **args)
+    assert second["changed"] is False and second["hashed"] == []
+    assert hub.requests()[before:] == []  # the recorded manifest of a pinned commit: the Hub is not asked
+
+
+def test_a_hub_branch_instead_of_a_commit_is_refused(capsys, tmp_path, parser_python):
+    refused = run_model(capsys, fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
+                        source={"type": "hf", "repo": "example/target", "revision": "main"})
+    assert refused["msg"] == ("sglang_models_target_source.revision must be the commit hash of the files "
+                              "(40 hex digits), not a branch or tag that can move: 'main'")
+
+
+def test_a_hub_without_the_token_is_refused_naming_the_repository(capsys, hub, tmp_path, parser_python):
+    refused = run_model(capsys, fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
+                        source={"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url})
+    assert refused["msg"].startswith("huggingface_hub (%s) failed on example/target at %s: " % (parser_python, COMMIT))
+    assert not (tmp_path / "t").exists()
