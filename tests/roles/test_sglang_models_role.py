@@ -27,6 +27,9 @@ PLAYBOOK = """\
     - role: sglang_models
 """
 
+HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HUB_TOKEN = "hf_role_test_token_not_a_secret"
+
 # The canonical node's GPUs as gpu_preflight reads them from the nvidia-smi capture (8 x 97887 MiB).
 GPU_TOPOLOGY = {"gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]}
 
@@ -48,6 +51,7 @@ def fixture_world(tmp_path_factory, parser_python):
     no_tokenizer = [e for e in good["target"] if not e["path"].startswith("tokenizer")]
     (sources / "fresh").symlink_to("good")  # the fresh host's own URLs, to tell its requests apart
     mirror = MirrorProcess(sources, tmp / "mirror.log")
+    hub = MirrorProcess.hub(sources / "good" / "target", tmp / "hub.log", "example/target", HUB_COMMIT, HUB_TOKEN)
 
     def host(name, target_manifest=None, draft_source="good", draft_manifest=None, **extra):
         root = tmp / "nodes" / name
@@ -69,6 +73,10 @@ def fixture_world(tmp_path_factory, parser_python):
         host("other-target", draft_source="other", draft_manifest=other["draft"]),
         host("too-big", sglang_models_kv_cache_min_gib=90),
         host("no-tokenizer", target_manifest=no_tokenizer),
+        # The target from the Hub double at a pinned commit, its manifest read from the Hub.
+        host("hub", sglang_models_target_source={"type": "hf", "repo": "example/target", "revision": HUB_COMMIT,
+                                                 "endpoint": hub.url},
+             sglang_models_target_manifest=[], sglang_models_hf_token=HUB_TOKEN, sglang_python=str(parser_python)),
     ])
     inventory = tmp / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"vars": {
@@ -76,8 +84,9 @@ def fixture_world(tmp_path_factory, parser_python):
         "gpu_topology": GPU_TOPOLOGY}, "hosts": hosts}}))
     playbook = tmp / "models.yml"
     playbook.write_text(PLAYBOOK)
-    yield {"tmp": tmp, "inventory": inventory, "playbook": playbook, "mirror": mirror, "good": good}
+    yield {"tmp": tmp, "inventory": inventory, "playbook": playbook, "mirror": mirror, "good": good, "hub": hub}
     mirror.stop()
+    hub.stop()
 
 
 def run(world, check=False):
@@ -119,6 +128,16 @@ def test_a_fresh_node_gets_both_models_verified_and_recorded(world, first):
     assert facts[0]["revision"] == "synthetic-1" and len(facts[0]["manifest_digest"]) == 64
 
 
+def test_a_hub_target_is_fetched_with_the_vaulted_token_which_is_never_printed(world, first):
+    assert "hub" not in first["failed"], first["failed"]
+    target = world["tmp"] / "nodes" / "hub" / "target"
+    record = json.loads((target / ".sglang-model.json").read_text())
+    assert record["manifest"] == sorted(world["good"]["target"], key=lambda e: e["path"])
+    assert record["source"]["revision"] == HUB_COMMIT
+    assert all(r["token"] is True for r in world["hub"].requests())
+    assert HUB_TOKEN not in first["stdout"] and HUB_TOKEN not in json.dumps(first["events"])
+
+
 def test_a_drafter_of_another_target_is_refused_before_anything_is_fetched(world, first):
     message = first["failed"]["other-target"]
     assert message.startswith("the models were refused, nothing on the node changed: ")
@@ -147,6 +166,7 @@ def test_a_second_run_changes_nothing_and_fetches_nothing(world, first):
     before = len(world["mirror"].requests())
     second = run(world)
     assert second["stats"]["changed"].get("fresh", 0) == 0, second["stdout"][-3000:]
+    assert second["stats"]["changed"].get("hub", 0) == 0, second["stdout"][-3000:]
     assert [r for r in world["mirror"].requests()[before:] if r["path"].startswith("fresh/")] == []
 
 
