@@ -125,7 +125,7 @@ drifted:
   returned: always
   type: list
   elements: str
-  sample: ["model-00002-of-00002.safetensors: sha256 1f..., manifest says 9c..."]
+  sample: ["/data/models/target/model-00002-of-00002.safetensors: sha256 1f..., manifest says 9c..."]
 in_sync:
   description: Nothing to change (the opposite of changed, kept when a plan task sets changed_when false).
   returned: always
@@ -576,7 +576,7 @@ def run(module):
     result["hashed"] = folder.hashed
     result["in_sync"] = not result["changed"]
     # What playbooks/drift.yml lists for this model (callback_plugins/sglang_drift.py reads it).
-    result["drifted"] = (["%s: %s" % (b["path"], b["reason"]) for b in bad]
+    result["drifted"] = (["%s: %s" % (os.path.join(folder.path, b["path"]), b["reason"]) for b in bad]
                          + ["%s: not root-owned %s" % (p, "0755" if p == folder.path or os.path.isdir(p) else "0644")
                             for p in result.get("ownership", [])]
                          + ["%s: left over" % p for p in result.get("leftovers", [])])

@@ -113,6 +113,7 @@ def test_a_corrupted_shard_is_refetched_alone_and_swapped_in(capsys, models, mir
     assert repaired["changed"] is True
     assert repaired["fetch"] == [{"path": shard.name, "reason": repaired["fetch"][0]["reason"]}]
     assert repaired["fetch"][0]["reason"].startswith("sha256 ")
+    assert repaired["drifted"] == ["%s: %s" % (shard, repaired["fetch"][0]["reason"])]  # what drift.yml lists
     assert [r["path"] for r in mirror.requests()[start:]] == ["target/" + shard.name]
     after = _inodes(dest)
     assert after[shard.name] != inodes[shard.name]

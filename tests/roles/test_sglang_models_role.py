@@ -118,7 +118,7 @@ def test_a_fresh_node_gets_both_models_verified_and_recorded(world, first):
             assert (root / name / entry["path"]).stat().st_size == entry["size"]
         record = json.loads((root / name / ".sglang-model.json").read_text())
         assert record["manifest"] == sorted(world["good"][name], key=lambda e: e["path"])
-    assert first["stats"]["changed"]["fresh"] == 1  # the one place task (both models in its loop)
+    assert first["stats"]["changed"]["fresh"] == 2  # one place task per model
     facts = [e["event_data"]["res"]["ansible_facts"]["sglang_models_record"] for e in first["events"]
              if e.get("event") == "runner_on_ok" and e["event_data"]["host"] == "fresh"
              and "sglang_models_record" in e["event_data"]["res"].get("ansible_facts", {})][0]
