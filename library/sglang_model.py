@@ -467,11 +467,13 @@ class ModelFolder:
 
 
 def recorded_hub_manifest(path, source):
-    """The manifest recorded in the folder on a first fetch from the same pinned commit, else None:
-    a pinned commit's files never change, so the Hub is not asked again."""
+    """The manifest recorded in the folder on a first fetch from the same repository and pinned
+    commit (whatever the endpoint), else None: a commit's files never change, so the Hub is not asked again."""
     for folder in (path,) + staging_paths(path)[1:]:
         record = parse_record(_read(os.path.join(folder, RECORD_NAME)))
-        if record and record.get("source") == source.describe() and isinstance(record.get("manifest"), list):
+        recorded = (record or {}).get("source") or {}
+        if (recorded.get("type"), recorded.get("repo"), recorded.get("revision")) == ("hf", source.repo, source.revision) \
+                and isinstance(record.get("manifest"), list):
             return record["manifest"]
     return None
 

@@ -21,6 +21,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from model_fixtures import MirrorProcess, make_models  # noqa: E402  pylint: disable=wrong-import-position
 
 TARGET, DRAFT = "/var/lib/models/target", "/var/lib/models/draft"
+# The drafter comes from the Hub double at this commit, with this token (as from ansible-vault).
+COMMIT = "9b1c3e5a7d9f1b3c5e7a9d1f3b5c7e9a1d3f5b7c"
+TOKEN = "hf_integration_token_not_a_secret"
 SHARD = "model-00002-of-00002.safetensors"
 
 
@@ -32,15 +35,22 @@ class Models:
         self.tmp = tmp
         self.manifests = manifests
         self.other_manifests = other_manifests
-        self.mirror = None
+        self.mirror = self.hub = None
         self.serve()
 
     def serve(self, cuts=()):
-        """(Re)start the mirror double on the node's host address; each start has its own log."""
+        """(Re)start the mirror and Hub doubles on the node's host address; each start has its own logs."""
         if self.mirror:
-            self.mirror.stop()
-        log = self.tmp / ("mirror-%d.log" % len(list(self.tmp.glob("mirror-*.log"))))
-        self.mirror = MirrorProcess(self.tmp / "sources", log, bind=self.node.host_ip, cuts=cuts)
+            self.stop()
+        count = len(list(self.tmp.glob("mirror-*.log")))
+        self.mirror = MirrorProcess(self.tmp / "sources", self.tmp / ("mirror-%d.log" % count),
+                                    bind=self.node.host_ip, cuts=cuts)
+        self.hub = MirrorProcess.hub(self.tmp / "sources" / "good" / "draft", self.tmp / ("hub-%d.log" % count),
+                                     "example/draft", COMMIT, TOKEN, bind=self.node.host_ip)
+
+    def stop(self):
+        self.mirror.stop()
+        self.hub.stop()
 
     def variables(self, **changes):
         values = {
@@ -49,8 +59,10 @@ class Models:
             "sglang_models_target_source": {"type": "http", "url": self.mirror.url + "/good/target"},
             "sglang_models_target_manifest": self.manifests["target"],
             "sglang_models_target_revision": "synthetic-seed-16",
-            "sglang_models_draft_source": {"type": "http", "url": self.mirror.url + "/good/draft"},
-            "sglang_models_draft_manifest": self.manifests["draft"],
+            # No manifest: the pinned commit's is read from the Hub on the first fetch.
+            "sglang_models_draft_source": {"type": "hf", "repo": "example/draft", "revision": COMMIT,
+                                           "endpoint": self.hub.url},
+            "sglang_models_hf_token": TOKEN,
         }
         values.update(changes)
         return values
@@ -75,7 +87,7 @@ def models(node_sets, parser_python, tmp_path_factory):
     node = node_sets("models").nodes()[0]
     world = Models(node, tmp, manifests, other)
     yield world
-    world.mirror.stop()
+    world.stop()
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +122,14 @@ def test_a_fresh_node_gets_its_models_and_serves(models, first_run):
     assert models.node.ssh(f"runuser -u sglang -- touch {TARGET}/{SHARD}").returncode != 0
     node_state.wait_healthy(models.node, 60)
     assert TARGET in node_state.ssh(models.node, "systemctl show --property=ExecStart sglang")
+    draft_record = json.loads(node_state.ssh(models.node, f"cat {DRAFT}/.sglang-model.json"))
+    assert draft_record["manifest"] == sorted(models.manifests["draft"], key=lambda e: e["path"])
+    assert draft_record["source"]["repo"] == "example/draft" and draft_record["source"]["revision"] == COMMIT
+    hub_requests = models.hub.requests()
+    assert any(r["method"] == "HEAD" and r["path"].startswith(f"/example/draft/resolve/{COMMIT}/")
+               for r in hub_requests)  # hf_hub_download on the node
+    assert all(r["token"] is True for r in hub_requests)
+    assert TOKEN not in first_run.stdout
     doc = node_state.ssh(models.node, f"cat {node_state.DOC}")
     digest = json.loads(node_state.ssh(models.node, f"cat {TARGET}/.sglang-model.json"))["manifest_digest"]
     assert "synthetic-seed-16" in doc and digest in doc
@@ -117,10 +137,10 @@ def test_a_fresh_node_gets_its_models_and_serves(models, first_run):
 
 def test_a_second_run_fetches_nothing_and_changes_nothing(models, first_run):
     assert first_run.rc == 0
-    before = len(models.mirror.requests())
+    before, hub_before = len(models.mirror.requests()), len(models.hub.requests())
     second = models.run()
     assert second.rc == 0 and node_state.host_changed(second, models.node.name) == 0, second.changed_tasks()
-    assert models.mirror.requests()[before:] == []
+    assert models.mirror.requests()[before:] == [] and models.hub.requests()[hub_before:] == []
 
 
 def test_a_shard_corrupted_by_hand_is_found_by_full_drift_scan_and_repaired(models, first_run):
