@@ -29,6 +29,8 @@ def _load(name, path):
 manifest = _load("ansible.module_utils.model_manifest", REPO / "module_utils" / "model_manifest.py")
 sys.modules["ansible.module_utils.model_manifest"] = manifest
 checks = _load("ansible.module_utils.model_checks", REPO / "module_utils" / "model_checks.py")
+sys.modules["ansible.module_utils.model_checks"] = checks
+checks_module = _load("sglang_model_checks_under_test", REPO / "library" / "sglang_model_checks.py")
 
 TARGET = json.loads((FIXTURES / "target-config.json").read_text())
 DRAFT = json.loads((FIXTURES / "draft-config.json").read_text())
@@ -208,6 +210,19 @@ def test_a_model_too_big_is_refused_with_the_numbers():
 def test_tensor_parallelism_divides_the_weights():
     assert checks.fit_problem({"target": 160 << 30}, 1, 97887, 0.88, 4, NAMES) is not None
     assert checks.fit_problem({"target": 160 << 30}, 2, 97887, 0.88, 4, NAMES) is None
+
+
+def test_models_on_one_filesystem_share_its_free_space():
+    target = {"needed_bytes": 600, "available_bytes": 1000, "filesystem": 1, "folder": "/data/models/target"}
+    draft = {"needed_bytes": 500, "available_bytes": 1000, "filesystem": 1, "folder": "/data/models/draft"}
+    elsewhere = dict(draft, filesystem=2, folder="/scratch/draft")
+    assert checks_module.space_problems([("sglang_server_args.model_path", target),
+                                         ("sglang_server_args.speculative_draft_model_path", elsewhere)]) == []
+    assert checks_module.space_problems([("sglang_server_args.model_path", target),
+                                         ("sglang_server_args.speculative_draft_model_path", draft)]) == [
+        "not enough free space for sglang_server_args.model_path and sglang_server_args.speculative_draft_model_path: "
+        "the files still to fetch need 1100 bytes (0.00 GiB), the filesystem holding /data/models/target has 1000 "
+        "bytes (0.00 GiB) available"]
 
 
 # --------------------------------------------------------------------------- tokenizer, safetensors
