@@ -279,10 +279,14 @@ class ModelFolder:
         folder = self.current()
         record = parse_record(_read(os.path.join(folder, RECORD_NAME))) if folder else None
         recorded = (record or {}).get("mtime_ns", {})
+        # A recorded mtime vouches only for the content the record pinned: when the inventory pins
+        # another sha256 (a new revision), that file is hashed.
+        recorded_entries = dict((e.get("path"), e) for e in (record or {}).get("manifest") or [] if isinstance(e, dict))
         verdicts = {}
         for entry in self.manifest:
             full_path = os.path.join(folder, entry["path"]) if folder else None
-            verdict = quick_verdict(entry, _stat(full_path) if folder else None, recorded.get(entry["path"]), full)
+            vouched = recorded.get(entry["path"]) if recorded_entries.get(entry["path"]) == entry else None
+            verdict = quick_verdict(entry, _stat(full_path) if folder else None, vouched, full)
             if verdict == HASH:
                 self.hashed.append(entry["path"])
                 verdict = hashed_verdict(entry, _sha256_of(full_path))
@@ -581,7 +585,9 @@ def run(module):
     result["drifted"] = (["%s: %s" % (os.path.join(folder.path, b["path"]), b["reason"]) for b in bad]
                          + ["%s: not root-owned %s" % (p, "0755" if p == folder.path or os.path.isdir(p) else "0644")
                             for p in result.get("ownership", [])]
-                         + ["%s: left over" % p for p in result.get("leftovers", [])])
+                         + ["%s: left over" % p for p in result.get("leftovers", [])]
+                         + (["%s: only at %s (a swap stopped halfway)" % (folder.path, folder.previous)]
+                            if misplaced else []))
     module.exit_json(**result)
 
 

@@ -281,3 +281,17 @@ def test_a_hub_without_the_token_is_refused_naming_the_repository(capsys, hub, t
                         source={"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url})
     assert refused["msg"].startswith("huggingface_hub (%s) failed on example/target at %s: " % (parser_python, COMMIT))
     assert not (tmp_path / "t").exists()
+
+
+def test_a_newly_pinned_sha256_is_not_vouched_for_by_the_old_mtime(capsys, models, mirror, tmp_path):
+    dest = tmp_path / "target"
+    manifest = models[1]["target"]
+    args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"})
+    run_model(capsys, manifest=manifest, **args)
+    pinned = [dict(e, sha256="0" * 64) if e["path"] == "config.json" else e for e in manifest]
+    inodes = _inodes(dest)
+    refused = run_model(capsys, fail=True, manifest=pinned, **args)  # the mirror still serves the old bytes
+    assert "does not match the pinned manifest: config.json" in refused["msg"]
+    assert _inodes(dest) == inodes
+    back = run_model(capsys, manifest=manifest, **args)  # the old pin again: verified by stat, leftovers removed
+    assert back["hashed"] == [] and back["leftovers"] == [str(tmp_path / ".target.sglang-staging")]
