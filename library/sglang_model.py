@@ -93,9 +93,13 @@ options:
     choices: [quick, full]
     default: quick
   label:
-    description: The inventory variable that names this model, used in every message.
+    description: The inventory variable of this model's source, used in every message.
     type: str
     default: model
+  path_var:
+    description: The inventory variable of O(path), named when the folder itself is wrong.
+    type: str
+    default: path
   inspect_tensors:
     description: Tensor names whose shapes are read from the safetensors headers (e.g. a drafter's d2t).
     type: list
@@ -485,8 +489,8 @@ def recorded_hub_manifest(path, source):
 def unmanaged(module, path, inspect):
     """No manifest and no source: read the folder as it is (a model put there by hand)."""
     if not os.path.isfile(os.path.join(path, "config.json")):
-        module.fail_json(msg="%s has no config.json: the model folder is missing or incomplete, and %s gives no "
-                             "source to fetch it from" % (path, module.params["label"]))
+        module.fail_json(msg="%s: %s has no config.json: the model folder is missing or incomplete, and %s gives no "
+                             "source to fetch it from" % (module.params["path_var"], path, module.params["label"]))
     files = []
     for root, _dirs, names in os.walk(path):
         for name in names:
@@ -544,8 +548,8 @@ def run(module):
 
     if bad or misplaced:
         if source is None:
-            module.fail_json(msg="%s at %s does not match its manifest and has no source to repair it from: %s"
-                             % (label, folder.path, "; ".join("%s: %s" % (b["path"], b["reason"]) for b in bad)), **result)
+            module.fail_json(msg="%s: %s does not match its manifest and %s gives no source to repair it from: %s"
+                             % (params["path_var"], folder.path, label, "; ".join("%s: %s" % (b["path"], b["reason"]) for b in bad)), **result)
         sizes = dict((e["path"], e["size"]) for e in manifest)
         result["needed_bytes"] = sum(sizes[b["path"]] - folder.partial_bytes(b["path"]) for b in bad)
         problem = free_space_problem(label, _existing_ancestor(os.path.dirname(folder.path)),
@@ -609,6 +613,7 @@ def main():
             revision=dict(type="str"),
             verify=dict(type="str", choices=["quick", "full"], default="quick"),
             label=dict(type="str", default="model"),
+            path_var=dict(type="str", default="path"),
             inspect_tensors=dict(type="list", elements="str", default=[]),
             hf_python=dict(type="path", default="/opt/sglang/venv/bin/python"),
             hf_token=dict(type="str", no_log=True),

@@ -295,3 +295,10 @@ def test_a_newly_pinned_sha256_is_not_vouched_for_by_the_old_mtime(capsys, model
     assert _inodes(dest) == inodes
     back = run_model(capsys, manifest=manifest, **args)  # the old pin again: verified by stat, leftovers removed
     assert back["hashed"] == [] and back["leftovers"] == [str(tmp_path / ".target.sglang-staging")]
+
+
+def test_a_missing_unmanaged_folder_names_the_server_argument(capsys, tmp_path):
+    refused = run_model(capsys, fail=True, path=str(tmp_path / "absent"), path_var="sglang_server_args.model_path")
+    assert refused["msg"] == ("sglang_server_args.model_path: %s has no config.json: the model folder is missing or "
+                              "incomplete, and sglang_models_target_source gives no source to fetch it from"
+                              % (tmp_path / "absent"))
