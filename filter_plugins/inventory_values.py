@@ -37,7 +37,8 @@ except ImportError:  # pragma: no cover - only outside Ansible
 _CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F]}
 _CONTROL.update({0x00: "\\0", 0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", type(None): "null"}
+# bool before int: True is an int too. isinstance, since Ansible hands over tagged subclasses.
+_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (type(None), "null"))
 
 
 def control_characters(mapping):
@@ -89,7 +90,8 @@ def value_with_type(value):
         return f"{dict(value)} (a mapping)"
     if isinstance(value, (list, tuple)):
         return f"{list(value)} (a list)"
-    return f"{value} ({_TYPE_NAMES.get(type(value), type(value).__name__)})"
+    name = next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
+    return f"{value} ({name})"
 
 
 class FilterModule:

@@ -1,10 +1,11 @@
-"""The shared control-character check for real: ansible-playbook on localhost, table-driven.
+"""The shared role's checks for real: ansible-playbook on localhost, table-driven.
 
 Every string-bearing option of every role's meta/argument_specs.yml (str, path, lists of str,
 and mappings, whose values are strings) gets a newline, a carriage return or a NUL: one
 inventory host per character, each carrying every poisoned variable at once, runs
 roles/sglang/tasks/check_control_characters.yml. Each host must be refused with one line per
 variable, naming it, the character and its position; a host with the roles' defaults passes.
+Values of the wrong type are refused naming the type (roles/sglang/tasks/check_server_args.yml).
 """
 
 import os
@@ -25,15 +26,29 @@ NODE_FACTS = {"sglang_check_mode", "sglang_stack", "production_doc_gpu_topology"
 CHARACTERS = {"newline": ("\n", "\\n"), "carriage-return": ("\r", "\\r"), "nul": ("\0", "\\0")}
 
 PLAYBOOK = """\
-- name: The shared control-character check alone
+- name: The shared role's checks of inventory values
   hosts: all
   gather_facts: false
   tasks:
-    - name: Run the shared check
+    - name: Refuse control characters
       ansible.builtin.import_role:
         name: sglang
         tasks_from: check_control_characters
+    - name: Check the server arguments
+      ansible.builtin.import_role:
+        name: sglang
+        tasks_from: check_server_args
 """
+CANONICAL_ARGS = {"model_path": "/srv/models/target", "tp_size": 8, "port": 30000}
+# host -> (sglang_server_args changes, the message expected)
+WRONG_TYPES = {
+    "port-a-string": ({"port": "30001"}, 'sglang_server_args.port: expected an integer in 1..65535, got "30001" (a string)'),
+    "tp-size-a-float": ({"tp_size": 8.0}, "sglang_server_args.tp_size: expected a positive integer, got 8.0 (a float)"),
+    "mem-fraction-a-string": (
+        {"mem_fraction_static": "0.88"},
+        'sglang_server_args.mem_fraction_static: expected a number in (0, 1), got "0.88" (a string)',
+    ),
+}
 
 
 def _string_options():
@@ -72,6 +87,8 @@ def test_the_check_leaves_out_only_the_node_facts():
 def fixture_outcome(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("control_characters")
     hosts = {"defaults": {}}
+    for host, (changes, _) in WRONG_TYPES.items():
+        hosts[host] = {"sglang_server_args": {**CANONICAL_ARGS, **changes}}
     for case, (char, _) in CHARACTERS.items():
         hosts[case] = {name: poison(char) for name, poison in OPTIONS.items()}
     inventory = tmp_path / "inventory.yml"
@@ -113,3 +130,10 @@ def test_every_string_variable_is_refused_naming_it_the_character_and_its_positi
             missing.append(name)
     assert not missing, f"not refused by name: {missing}\n{failed[case][:3000]}"
     assert "ExecStartPre" not in failed[case], "the refusal echoes the value"
+
+
+@pytest.mark.parametrize("host", list(WRONG_TYPES))
+def test_a_value_of_the_wrong_type_is_refused_naming_its_type(outcome, host):
+    failed, stdout = outcome
+    assert host in failed, stdout[-3000:]
+    assert WRONG_TYPES[host][1] in failed[host], failed[host]
