@@ -86,6 +86,20 @@ def test_a_control_character_is_refused_before_any_change(node, case):
     assert node.node.ssh("test -e /injected").returncode != 0
 
 
+def test_a_model_folder_the_service_user_cannot_read_is_refused_naming_it(node):
+    node_state.ssh(node.node, "rm -rf /srv/locked && cp -a /srv/models /srv/locked && chmod 0700 /srv/locked")
+    pid = node_state.main_pid(node.node)
+
+    result = _site(node, extravars={"sglang_model_path": "/srv/locked/target"})
+
+    assert result.rc != 0, "site.yml deployed a model folder its user cannot read"
+    assert any(
+        "sglang_server_args.model_path: the service user sglang cannot read /srv/locked/target" in m
+        for m in node_state.failure_messages(result)
+    ), node_state.failure_messages(result)
+    _assert_untouched(node, result, pid)
+
+
 def test_a_unit_systemd_refuses_is_never_installed_and_systemd_says_why(node):
     pid = node_state.main_pid(node.node)
     launcher = ["/opt/absent/bin/python", "/opt/sglang-test-double/sglang_server_double.py"]
