@@ -90,7 +90,7 @@ drifted:
 
 
 def _existing_files(unit):
-    unit_files, dropin_dirs = systemd_overrides.candidate_paths(unit)
+    unit_files, dropin_dirs = systemd_overrides.candidate_paths(unit, systemd_overrides.SEARCH_PATH)
     found, seen_dirs = [], set()
     for path in unit_files:
         if os.path.lexists(path):
