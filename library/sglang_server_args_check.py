@@ -61,8 +61,14 @@ options:
   gpu_count:
     description:
       - GPUs on the node (for example from the gpu_topology facts). When given, the GPUs the parallel sizes need
-        must exist. When not given, that check is skipped.
+        must exist, and all of them must be used unless O(allow_idle_gpus). When not given, both checks are skipped.
     type: int
+  allow_idle_gpus:
+    description:
+      - Accept parallel sizes that use fewer GPUs than O(gpu_count) (the rest sit idle). Refused by default,
+        naming how many GPUs would be idle.
+    type: bool
+    default: false
   timeout:
     description:
       - Seconds the check may run. Importing SGLang takes seconds to tens of seconds on a cold disk.
@@ -248,6 +254,7 @@ def main():
             argv=dict(type="list", elements="str", required=True),
             environment=dict(type="dict", default={}),
             gpu_count=dict(type="int"),
+            allow_idle_gpus=dict(type="bool", default=False),
             timeout=dict(type="int", default=300),
         ),
         supports_check_mode=True,
@@ -258,7 +265,8 @@ def main():
         module.fail_json(msg="SGLang's Python %s does not exist or is not executable on the node" % python,
                          resolved=None, spec_v2=False, errors=[], sglang_warnings=[], adjusted={})
 
-    request = {"argv": [str(a) for a in params["argv"]], "gpu_count": params["gpu_count"]}
+    request = {"argv": [str(a) for a in params["argv"]], "gpu_count": params["gpu_count"],
+               "allow_idle_gpus": params["allow_idle_gpus"]}
     env = probe_environment(params["environment"])
     try:
         proc = subprocess.run(

@@ -254,16 +254,25 @@ def check_environment(os_environ, envs_class, env_field_class):
     return errors, warnings
 
 
-def gpus_needed(resolved):
-    """(count, explanation) of the GPU indexes the parallel sizes use on one node, SGLang's layout:
-    dp replicas of tp x pp GPUs each (dp attention shares the tp GPUs), split over nnodes."""
+def gpus_used(resolved):
+    """How many GPUs of one node the parallel sizes use, SGLang's layout: dp replicas of tp x pp
+    GPUs each (dp attention shares the tp GPUs), split over nnodes."""
     tp = int(resolved.get("tp_size") or 1)
     pp = int(resolved.get("pp_size") or 1)
     dp = int(resolved.get("dp_size") or 1)
     nnodes = int(resolved.get("nnodes") or 1)
     dp_factor = 1 if resolved.get("enable_dp_attention") else dp
-    total = tp * pp * dp_factor
-    per_node = max(1, -(-total // nnodes))
+    return max(1, -(-(tp * pp * dp_factor) // nnodes))
+
+
+def gpus_needed(resolved):
+    """(count, explanation) of the GPU indexes the parallel sizes use on one node (gpus_used,
+    from base_gpu_id by gpu_id_step)."""
+    tp = int(resolved.get("tp_size") or 1)
+    pp = int(resolved.get("pp_size") or 1)
+    dp = int(resolved.get("dp_size") or 1)
+    nnodes = int(resolved.get("nnodes") or 1)
+    per_node = gpus_used(resolved)
     base = int(resolved.get("base_gpu_id") or 0)
     step = int(resolved.get("gpu_id_step") or 1)
     highest = base + (per_node - 1) * step
@@ -280,8 +289,8 @@ def gpus_needed(resolved):
     return highest + 1, "%s = %d GPU(s) per node" % (explanation, per_node)
 
 
-def own_checks(resolved, gpu_count, flags):
-    """What SGLang 0.5.9 accepts silently but cannot work."""
+def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
+    """What SGLang 0.5.9 accepts silently but cannot work, or would leave GPUs idle."""
     errors = []
     mem = resolved.get("mem_fraction_static")
     if mem is not None and not (0 < float(mem) < 1):
@@ -294,10 +303,18 @@ def own_checks(resolved, gpu_count, flags):
                        "message": "port %s is not a TCP port (1..65535); SGLang 0.5.9 accepts it until it binds" % port})
     if gpu_count is not None:
         needed, explanation = gpus_needed(resolved)
+        named = [flags.given(f) for f in ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")]
+        flag = ", ".join(n for n in named if n) or flags.primary("tp_size")
+        idle = int(gpu_count) - gpus_used(resolved)
         if needed > int(gpu_count):
-            named = [flags.given(f) for f in ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")]
-            errors.append({"stage": "gpu_count", "flag": ", ".join(n for n in named if n) or flags.primary("tp_size"),
+            errors.append({"stage": "gpu_count", "flag": flag,
                            "message": "%s, but the node has %d GPU(s)" % (explanation, int(gpu_count))})
+        elif idle > 0 and not allow_idle_gpus:
+            # A smaller tp_size than the node's GPUs is legal but almost always a slip: the
+            # server would run on part of the hardware. Only an explicit choice deploys it.
+            errors.append({"stage": "gpu_count", "flag": flag,
+                           "message": "%s, so %d of the node's %d GPU(s) would sit idle; set sglang_allow_idle_gpus: "
+                                      "true to deploy it anyway" % (explanation, idle, int(gpu_count))})
     return errors
 
 
@@ -445,7 +462,7 @@ def run(request):
         for name, value in parsed.items():
             if name in resolved and _jsonable(value) != resolved[name]:
                 result["adjusted"][name] = {"parsed": _jsonable(value), "resolved": resolved[name]}
-        result["errors"].extend(own_checks(resolved, gpu_count, flags))
+        result["errors"].extend(own_checks(resolved, gpu_count, flags, bool(request.get("allow_idle_gpus"))))
 
     result["ok"] = not result["errors"]
     return result

@@ -63,8 +63,10 @@ def with_flag(argv, flag, value):
     return argv
 
 
-def run_check(capsys, python, argv, environment=None, gpu_count=None, check_mode=False):
+def run_check(capsys, python, argv, environment=None, gpu_count=None, check_mode=False, allow_idle_gpus=None):
     args = {"python": python, "argv": argv, "environment": environment or {}, "_ansible_check_mode": check_mode}
+    if allow_idle_gpus is not None:
+        args["allow_idle_gpus"] = allow_idle_gpus
     if gpu_count is not None:
         args["gpu_count"] = gpu_count
     with patch_module_args(args):
@@ -170,6 +172,19 @@ def test_tp_8_on_a_node_with_7_gpus_is_refused(capsys, parser_python):
     assert error == {"stage": "gpu_count", "flag": "--tp-size 8",
                      "message": "tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)"}
     assert result["resolved"]["tp_size"] == 8  # SGLang itself resolved it fine
+
+
+def test_tp_4_on_a_node_with_8_gpus_is_refused_naming_the_idle_gpus_unless_allowed(capsys, parser_python):
+    argv = with_flag(CANONICAL, "--tp-size", "4")
+    refused = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    assert refused["_rc"] == 1
+    (error,) = refused["errors"]
+    assert error == {"stage": "gpu_count", "flag": "--tp-size 4",
+                     "message": "tp_size 4 = 4 GPU(s) per node, so 4 of the node's 8 GPU(s) would sit idle; "
+                                "set sglang_allow_idle_gpus: true to deploy it anyway"}
+
+    allowed = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8, allow_idle_gpus=True)
+    assert allowed["_rc"] == 0 and not allowed["errors"], allowed.get("msg")
 
 
 def test_mem_fraction_static_outside_0_1_is_refused_by_our_own_check(capsys, parser_python):

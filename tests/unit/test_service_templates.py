@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import jinja2
+import yaml
 
 import expected
 
@@ -19,6 +20,7 @@ def _render(name, **overrides):
                              trim_blocks=True)
     env.filters.update(module.FilterModule().filters())
     variables = expected.testnode_vars()
+    variables.update(yaml.safe_load((REPO / "roles" / "sglang_service" / "vars" / "main.yml").read_text()))
     variables.update({
         "ansible_managed": "managed by sglang-canon",
         "sglang_server_argv": expected.server_argv(),
