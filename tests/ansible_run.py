@@ -41,6 +41,15 @@ class PlaybookResult:
             if e.get("event") == "runner_on_ok" and e["event_data"].get("res", {}).get("changed")
         ]
 
+    def messages(self):
+        """The msg of every task that succeeded (debug output included), as the task returned it:
+        stdout is colored line by line and folded by the YAML callback, so phrases are read here."""
+        return [
+            str(e["event_data"]["res"]["msg"])
+            for e in self.events
+            if e.get("event") == "runner_on_ok" and "msg" in e["event_data"].get("res", {})
+        ]
+
     def failure_messages(self):
         """The msg of every failed task, and of each failed item of a failed loop."""
         messages = []

@@ -246,8 +246,10 @@ def test_an_interrupted_run_is_repaired_by_the_next_benchmark(node, tmp_path):
     _interrupt_during_baseline(node, tmp_path)
     result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[])
     assert result.rc == 0, result.stdout[-6000:]
-    # Ansible's YAML result format folds long messages at 80 columns: compare words, not line breaks.
-    assert "restored (the temporary configuration was baseline)" in " ".join(result.stdout.split())
+    # Read from the task's result: stdout is folded at 80 columns and colored line by line.
+    assert any("restored (the temporary configuration was baseline)" in message for message in result.messages()), (
+        result.messages()
+    )
     _assert_production_is_back(node)
     # the client left running by the interrupted sweep is stopped too
     assert node.ssh("pgrep -f 'bench_serving_doubl[e].py'").returncode != 0
