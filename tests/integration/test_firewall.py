@@ -157,6 +157,7 @@ def test_worker_port_only_from_gateway_and_monitor_metrics_ports_only_from_monit
     assert _access(fleet) == EXPECTED_ACCESS
     rules = _ssh(fleet.server, f"cat {RULES}")
     assert f"elements = {{ {fleet.gateway.ip} }}" in rules and f"elements = {{ {fleet.monitor_ip} }}" in rules
+    assert _ssh(fleet.server, f"systemctl is-enabled {UNIT}; systemctl is-active {UNIT}").split() == ["enabled", "active"]
 
 
 def test_ssh_and_a_foreign_table_survive_the_firewall(fleet):
@@ -234,18 +235,23 @@ def test_the_firewall_is_back_after_a_reboot(fleet):
     _link(fleet)  # the node's route and the host link's forwarding went with the old boot
     _listen(fleet.server)
     assert _access(fleet) == EXPECTED_ACCESS
+    # The foreign table was made by hand, never persisted: make it again for the runs that follow.
+    _ssh(fleet.server, FOREIGN)
     after = _site(fleet)
     assert after.rc == 0 and after.changed == 0, after.changed_tasks()
+    assert _table(fleet.server, "someone_else") == fleet.foreign
 
 
 def test_off_on_a_loopback_server_removes_the_table_its_file_and_unit_and_nothing_else(fleet):
-    # sglang_firewall_enabled null decides from the server's address: the default 127.0.0.1 means off.
-    off = _site(fleet, extravars={"sglang_firewall_enabled": None})
+    # sglang_firewall_enabled null decides from the inventory: a server on the default 127.0.0.1
+    # and no monitor mean off.
+    off_vars = {"sglang_firewall_enabled": None, "sglang_firewall_monitor_addresses": []}
+    off = _site(fleet, extravars=off_vars)
     assert off.rc == 0, off.stdout[-6000:]
     assert off.count("changed", fleet.server.name) > 0
     assert "table inet sglang_canon" not in _ssh(fleet.server, "nft list tables")
     assert _ssh(fleet.server, f"ls {RULES} /etc/systemd/system/{UNIT} 2>/dev/null; true").strip() == ""
     assert _table(fleet.server, "someone_else") == fleet.foreign
     assert _access(fleet)["host"] == {WORKER_PORT: "200", EXPORTER_PORT: "200"}
-    again = _site(fleet, extravars={"sglang_firewall_enabled": None})
+    again = _site(fleet, extravars=off_vars)
     assert again.rc == 0 and again.changed == 0, again.changed_tasks()

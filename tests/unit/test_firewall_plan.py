@@ -96,3 +96,12 @@ def test_a_host_without_ansible_host_is_taken_by_its_name(plan):
     result = plan(gateway_hosts=[{"inventory_hostname": "10.9.9.9"}], monitor_hosts=[])
     assert result["gateways"]["ipv4"] == ["10.9.9.9"]
     assert result["monitors"] == {"ipv4": [], "ipv6": []}
+
+
+@pytest.mark.parametrize("host, monitors, enabled", [
+    ("127.0.0.1", [], False),  # the canonical node: nothing reaches the server from outside
+    ("127.0.0.1", ["10.0.0.20"], True),  # the node exporter's port is scraped from the network
+    ("10.0.0.2", [], True),
+])
+def test_null_means_on_when_something_is_reachable_from_the_network(plan, host, monitors, enabled):
+    assert plan(server_host=host, monitor_hosts=[], monitor_addresses=monitors)["auto_enabled"] is enabled

@@ -1,6 +1,6 @@
 """Turn the inventory's gateways, monitors and ports into the host firewall's plan, or refuse it.
 
-sglang_firewall_plan(settings) returns {"errors": [...], "server_on_loopback": bool,
+sglang_firewall_plan(settings) returns {"errors": [...], "server_on_loopback": bool, "auto_enabled": bool,
 "worker_port": int, "monitor_ports": [...], "guarded_ports": [...],
 "gateways": {"ipv4": [...], "ipv6": [...]}, "monitors": {"ipv4": [...], "ipv6": [...]}}.
 
@@ -112,14 +112,19 @@ def sglang_firewall_plan(settings):
         + _listed_sources(settings.get("gateway_addresses"), "sglang_firewall_gateway_addresses")
     monitors = _host_sources(settings.get("monitor_hosts"), settings.get("monitor_group")) \
         + _listed_sources(settings.get("monitor_addresses"), "sglang_firewall_monitor_addresses")
+    on_loopback = _is_loopback(settings.get("server_host"))
+    networks = {"gateways": _networks(gateways, errors), "monitors": _networks(monitors, errors)}
+    has_monitors = bool(networks["monitors"]["ipv4"] or networks["monitors"]["ipv6"])
     return {
         "errors": errors,
-        "server_on_loopback": _is_loopback(settings.get("server_host")),
+        "server_on_loopback": on_loopback,
+        # What sglang_firewall_enabled null means: something to guard from the network, either
+        # the server's port beyond loopback or the node exporter's port that monitors scrape.
+        "auto_enabled": not on_loopback or has_monitors,
         "worker_port": worker,
         "monitor_ports": metrics,
         "guarded_ports": ([worker] if worker is not None else []) + metrics,
-        "gateways": _networks(gateways, errors),
-        "monitors": _networks(monitors, errors),
+        **networks,
     }
 
 
