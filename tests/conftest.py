@@ -137,24 +137,11 @@ class ConvergedSnapshot:
         self.directory = directory
         self.handed_out = False
 
-    def _facts(self, node):
-        return REPO / ".cache" / "ansible-facts" / node.name
-
-    def save_facts(self, node):
-        """Keep the controller's fact cache of the node with the snapshot (see restore)."""
-        if self._facts(node).exists():
-            shutil.copy2(self._facts(node), self.directory / "ansible-facts.json")
-
     def take(self):
         """The node as the snapshot has it: restored, unless nobody used it since it was proven."""
         node = self.node_set.nodes()[0]  # a new object: attributes set by one file stay there
         if self.handed_out:
             node.reset(to_snapshot=self.directory)
-            kept = self.directory / "ansible-facts.json"
-            if kept.exists():
-                shutil.copy2(kept, self._facts(node))
-            else:
-                self._facts(node).unlink(missing_ok=True)
         self.handed_out = True
         node_state.wait_healthy(node, 120)
         return node
@@ -182,9 +169,7 @@ def converged_snapshot(node_sets):
     proof = run_playbook("site.yml", node.inventory)
     assert proof.rc == 0, node_state.failure_messages(proof) or proof.stdout[-6000:]
     assert proof.changed == 0, proof.changed_tasks()  # the snapshot, as booted, is converged
-    snapshot = ConvergedSnapshot(node_set, first, directory)
-    snapshot.save_facts(node)
-    return snapshot
+    return ConvergedSnapshot(node_set, first, directory)
 
 
 @pytest.fixture(scope="module")
