@@ -87,15 +87,12 @@ def parser_python():
     return ensure_parser_venv()
 
 
-@pytest.fixture(scope="session")
-def node_sets():
-    """Make NodeSets on demand; every node made is removed at the end of the session.
+_FILE_NODE_SETS = []  # made by node_sets during the current test file (one file at a time per worker)
 
-    `node_sets(name, count, from_snapshot=DIR)` starts the nodes from a snapshot (each with its
-    own name, address and keys) instead of the bare base image, e.g. from
-    `converged_snapshot.directory`; the file must then still converge them itself (site.yml,
-    rc 0) before relying on them, since their identity differs from the snapshot's.
-    """
+
+@pytest.fixture(scope="session")
+def _all_node_sets():
+    """Every NodeSet this worker made; all removed at the end of the session, snapshots last."""
     made = []
 
     def make(name, count=1, from_snapshot=None):
@@ -110,6 +107,33 @@ def node_sets():
         node_set.down()
     # snapshots last: nodes of any set may stand on one
     shutil.rmtree(SNAPSHOTS, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def node_sets(_all_node_sets):
+    """Make NodeSets on demand; the nodes are removed at the end of the test file that made them.
+
+    `node_sets(name, count, from_snapshot=DIR)` starts the nodes from a snapshot (each with its
+    own name, address and keys) instead of the bare base image, e.g. from
+    `converged_snapshot.directory`; the file must then still converge them itself (site.yml,
+    rc 0) before relying on them, since their identity differs from the snapshot's.
+    """
+
+    def make(name, count=1, from_snapshot=None):
+        node_set = _all_node_sets(name, count, from_snapshot)
+        _FILE_NODE_SETS.append(node_set)
+        return node_set
+
+    return make
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _file_node_sets_down_at_its_end():
+    """A file's own nodes go when the file is done: idle nodes cost the other files CPU and memory,
+    and the host's inotify instances (each node's systemd holds several; fs.inotify.max_user_instances)."""
+    yield
+    while _FILE_NODE_SETS:
+        _FILE_NODE_SETS.pop().down()
 
 
 class Converged:
@@ -148,7 +172,7 @@ class ConvergedSnapshot:
 
 
 @pytest.fixture(scope="session")
-def converged_snapshot(node_sets):
+def converged_snapshot(_all_node_sets):
     """One fresh node per xdist worker, converged once by site.yml, then snapshotted.
 
     The first converge runs on a fresh node (its result is `first_run`). The node is then powered
@@ -159,7 +183,7 @@ def converged_snapshot(node_sets):
     where a fresh node needs a full first converge (pip install from the wheelhouse, parser
     checks, ...).
     """
-    node_set = node_sets("converged")
+    node_set = _all_node_sets("converged")  # kept for the session, unlike node_sets' nodes
     node = node_set.nodes()[0]
     first = run_playbook("site.yml", node.inventory)
     assert first.rc == 0, first.stdout[-6000:]
