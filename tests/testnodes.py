@@ -31,8 +31,18 @@ class Node:
         """Run a shell command on the node as root; return the CompletedProcess."""
         return _testnode(self.state_dir, "ssh", self.name, "--", command, check=check)
 
-    def reset(self):
-        _testnode(self.state_dir, "reset", self.name)
+    def reset(self, to_snapshot=None):
+        """Fresh rootfs from the base image, or from a snapshot directory (see snapshot())."""
+        extra = ["--to-snapshot", str(to_snapshot)] if to_snapshot else []
+        _testnode(self.state_dir, "reset", self.name, *extra)
+
+    def snapshot(self, directory):
+        """Clean poweroff, keep the filesystem as `directory`, boot again on top of it.
+
+        `reset(to_snapshot=directory)` later brings this node back to exactly that state (same
+        identity); `NodeSet.up(count, from_snapshot=directory)` starts other nodes from it.
+        """
+        _testnode(self.state_dir, "snapshot", self.name, str(directory))
 
     def reboot(self):
         _testnode(self.state_dir, "reboot", self.name)
@@ -55,8 +65,9 @@ class NodeSet:
         self.state_dir = Path(state_dir)
         self.inventory = None
 
-    def up(self, count=1):
-        result = _testnode(self.state_dir, "up", str(count))
+    def up(self, count=1, from_snapshot=None):
+        extra = ["--from-snapshot", str(from_snapshot)] if from_snapshot else []
+        result = _testnode(self.state_dir, "up", str(count), *extra)
         self.inventory = Path(result.stdout.strip().splitlines()[-1])
         return self.nodes()
 

@@ -39,11 +39,10 @@ SGLANG_PYTHON = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.y
 
 
 @pytest.fixture(scope="module")
-def node(node_sets):
-    """A fresh test node converged by site.yml; .production_argv is what production runs."""
-    node = node_sets("benchmark").nodes()[0]
-    first = run_playbook("site.yml", node.inventory)
-    assert first.rc == 0, first.stdout[-6000:]
+def node(converged_node):
+    """A test node converged by site.yml (conftest's converged_node, restored from the worker's
+    converged snapshot); .production_argv is what production runs."""
+    node = converged_node.node
     node.production_argv = _server_info(node)["argv"]
     assert "--speculative-algorithm" in node.production_argv
     return node

@@ -2,7 +2,8 @@
 after which the next run reports zero changes; playbooks/drift.yml finds drift without
 changing anything.
 
-A node of its own ("drift"), converged with nccl_tuning_delivery: sitecustomize (every run
+A converged node of this file alone (conftest's converged_node, restored from the worker's
+converged snapshot), converged again with nccl_tuning_delivery: sitecustomize (every run
 here passes the same extra vars) so that the NCCL block in sitecustomize.py can drift too.
 "Repaired" means the node's fingerprint (sha256, owner and mode of every file site.yml
 manages, the unit's load/active/enabled state, the service user and who the server runs
@@ -32,8 +33,8 @@ def _scan(drift):
 
 
 @pytest.fixture(scope="module")
-def drift(node_sets):
-    node = node_sets("drift").nodes()[0]
+def drift(converged_node):
+    node = converged_node.node
     first = run_playbook("site.yml", node.inventory, extravars=EXTRA)
     assert first.rc == 0, first.stdout[-6000:]
     paths = node_state.managed_paths(node)

@@ -1,6 +1,7 @@
 """Faults: the server killed, the node rebooted, a configuration that never gets healthy, an
-Ansible run killed halfway. A node of its own ("faults"); the tests run in file order and
-each leaves the node converged and healthy.
+Ansible run killed halfway. A converged node of this file alone (conftest's converged_node,
+restored from the worker's converged snapshot); the tests run in file order and each leaves
+the node converged and healthy.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ BAD_VARIABLE = "SGLANG_DOUBLE_NEVER_HEALTHY"
 
 
 @pytest.fixture(scope="module")
-def node(node_sets):
-    node = node_sets("faults").nodes()[0]
-    first = run_playbook("site.yml", node.inventory)
-    assert first.rc == 0, first.stdout[-6000:]
+def node(converged_node):
+    node = converged_node.node
     node_state.wait_healthy(node, 60)
     return node
 

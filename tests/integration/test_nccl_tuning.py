@@ -2,7 +2,7 @@
 
 The node's stand-in nvidia-smi replays the canonical 8-GPU PCIe box, so site.yml's defaults give
 the PCIe set (NCCL_PROTO=LL, NCCL_ALGO=Ring) through the service's EnvironmentFile. The tests below
-are steps of one story (file order) and put the node back to site.yml's defaults at the end.
+are steps of one story (file order), on a node of this file alone (conftest's converged_node).
 """
 
 import shlex
@@ -67,8 +67,9 @@ def nccl_changes(result):
 
 @pytest.fixture(scope="module")
 def node(converged_node):
-    yield converged_node
-    converge(converged_node)  # back to site.yml's defaults for the other test modules
+    """This file's converged node (restored from the worker's converged snapshot, so it needs no
+    converge back to the defaults for other files: each file gets its own restore)."""
+    return converged_node
 
 
 def test_service_delivery_reaches_the_server_only(node):

@@ -1,4 +1,5 @@
-"""sglang_patches on the converged systemd test node, against the SGLang that site.yml installed.
+"""sglang_patches on a converged systemd test node of this file alone (conftest's converged_node,
+restored from the worker's converged snapshot), against the SGLang that site.yml installed.
 
 Each test starts and ends with the shipped set applied. Runs go through site.yml, mostly
 limited to the sglang_patches tag; the module's result is read from ansible-runner's events.
@@ -72,14 +73,6 @@ def _assert_applied(node, paths):
     assert set(manifest["files"]) == set(hashes)
     for path, (disk, record) in hashes.items():
         assert disk == manifest["files"][path]["sha256"] != record
-
-
-@pytest.fixture(scope="module", autouse=True)
-def converged_again_at_the_end(converged_node):
-    """Other modules share this node: leave it as a full site.yml run makes it (doc and all)."""
-    yield
-    run = converged_node.converge()
-    assert run.rc == 0, run.failure_messages()
 
 
 @pytest.fixture

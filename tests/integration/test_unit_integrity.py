@@ -1,8 +1,9 @@
 """Unit integrity (issue 19): no value can inject into or break the systemd unit, every override
 of the service is drift, and no bad unit on disk can strand the node.
 
-A node of its own ("integrity"); the tests run in file order and each leaves the node converged
-and healthy, with the fingerprint taken after the first converge.
+A converged node of this file alone (conftest's converged_node, restored from the worker's
+converged snapshot); the tests run in file order and each leaves the node converged and
+healthy, with the fingerprint taken when the file got the node.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ def _server_args(**changes):
 
 
 @pytest.fixture(scope="module")
-def node(node_sets):
-    made = node_sets("integrity").nodes()[0]
-    first = run_playbook("site.yml", made.inventory)
-    assert first.rc == 0, first.stdout[-6000:]
+def node(converged_node):
+    made = converged_node.node
     node_state.wait_healthy(made, 60)
     paths = node_state.managed_paths(made)
     baseline = node_state.fingerprint(made, paths)

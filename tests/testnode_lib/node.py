@@ -9,6 +9,15 @@ Layout of a state dir ($TESTNODE_STATE_DIR, default <repo>/.testnodes):
   inventory.yml         Ansible inventory of the nodes (written by up)
   nodes/NAME/           upper/ work/ rootfs/ (overlay on the cached base image) or rootfs/ (a copy),
                         console.log (the node's console)
+Snapshots (`snapshot NAME DIR`, then `up N --from-snapshot DIR` or `reset NAME --to-snapshot DIR`):
+  DIR/snapshot.json     the node it was taken of (name, state dir, machine-id), its mode, base image
+                        and layers
+  DIR/upper/            overlay mode: the node's upper dir, moved (not copied) out of the node while
+                        it was powered off; from then on a read-only layer between the base image and
+                        the upper dir of every node made or reset from it (so taking and restoring a
+                        snapshot copies nothing)
+  DIR/rootfs/           copy mode (no overlayfs): a full copy of the rootfs
+A snapshot may serve nodes of other state dirs: remove DIR only after those nodes are down.
 Host-global state (shared by all state dirs): /run/sglang-canon-testnode/{lock,registry.json}: the
 subnet leases and name prefixes in use, so concurrent state dirs never collide.
 """
@@ -263,6 +272,7 @@ def new_node_record(st: State, name: str, index: int, subnet: str, image_rootfs:
         "rootfs": str(nd / "rootfs"),
         "image": str(image_rootfs),
         "mode": None,
+        "layers": [],
         "console_log": str(nd / "console.log"),
         "pid": None,
         "pid_start": None,
@@ -279,6 +289,13 @@ def rootfs_mode() -> str:
     return m
 
 
+def overlay_options(node: dict) -> str:
+    """mount -o of the node's overlay: its snapshot layers (topmost first) over the base image."""
+    nd = Path(node["node_dir"])
+    lowerdir = ":".join([*node.get("layers", []), node["image"]])
+    return f"lowerdir={lowerdir},upperdir={nd / 'upper'},workdir={nd / 'work'}"
+
+
 def mount_rootfs(node: dict) -> None:
     """Make the node's rootfs available: mount the overlay (if not mounted); a copy needs nothing."""
     nd = Path(node["node_dir"])
@@ -287,18 +304,43 @@ def mount_rootfs(node: dict) -> None:
         return
     if sysops.is_mountpoint(rootfs):
         return
-    if not Path(node["image"]).is_dir():
-        raise Fail(f"{node['name']}: its base image {node['image']} is gone; `reset` it or `up` again")
-    opts = f"lowerdir={node['image']},upperdir={nd / 'upper'},workdir={nd / 'work'}"
+    for lower in [*node.get("layers", []), node["image"]]:
+        if not Path(lower).is_dir():
+            raise Fail(f"{node['name']}: its layer {lower} is gone; `reset` it or `up` again")
+    opts = overlay_options(node)
     sysops.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(rootfs)], quiet=True)
 
 
-def create_rootfs(node: dict) -> None:
-    """Fresh rootfs from the base image (wipes any previous one of this node)."""
+def read_snapshot(directory: Path) -> dict:
+    meta = read_json(Path(directory) / "snapshot.json")
+    if not isinstance(meta, dict):
+        raise Fail(f"{directory} is not a snapshot made by `tests/testnode snapshot` (no snapshot.json)")
+    for lower in [*meta.get("layers", []), meta["image"]]:
+        if not Path(lower).is_dir():
+            raise Fail(f"snapshot {directory}: its layer {lower} is gone")
+    return meta
+
+
+def create_rootfs(node: dict, snapshot: dict | None = None) -> None:
+    """Fresh rootfs from the base image, or from a snapshot (wipes any previous one of this node)."""
     nd = Path(node["node_dir"])
     for sub in ("rootfs", "upper", "work"):
         sysops.safe_rmtree(nd / sub)
     nd.mkdir(parents=True, exist_ok=True)
+    if snapshot is not None:
+        node["image"] = snapshot["image"]
+        if snapshot["mode"] == "overlay":
+            node["layers"] = list(snapshot["layers"])
+            node["mode"] = "overlay"
+            for sub in ("rootfs", "upper", "work"):
+                (nd / sub).mkdir()
+            mount_rootfs(node)
+        else:
+            node["layers"] = []
+            node["mode"] = "copy"
+            sysops.run(["cp", "-a", "--reflink=auto", snapshot["rootfs"], str(nd / "rootfs")], quiet=True)
+        return
+    node["layers"] = []
     mode = rootfs_mode()
     if mode in ("auto", "overlay"):
         for sub in ("rootfs", "upper", "work"):
@@ -566,7 +608,8 @@ def cmd_up(args) -> int:
         raise Fail("N must be between 1 and 99")
     sysops.need_tools("systemd-nspawn", "ssh", "ssh-keygen", "ip", "mount")
     t0 = time.monotonic()
-    image_rootfs = image.ensure_image(REPO, log)
+    snapshot = read_snapshot(Path(args.from_snapshot)) if args.from_snapshot else None
+    image_rootfs = Path(snapshot["image"]) if snapshot else image.ensure_image(REPO, log)
     st = State(state_dir())
     st.dir.mkdir(parents=True, exist_ok=True)
     with state_lock(st):
@@ -588,8 +631,8 @@ def cmd_up(args) -> int:
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs))
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
-                create_rootfs(n)
-                personalize(st, n)
+                create_rootfs(n, snapshot)
+                personalize(st, n)  # a node made from a snapshot gets its own identity all the same
                 st.save()
             for n in st.nodes:
                 boot(st, n)
@@ -623,16 +666,27 @@ def cmd_down(_args) -> int:
     return 0
 
 
-def _restart(st: State, node: dict, fresh: bool) -> None:
+def _same_identity(st: State, node: dict, snapshot: dict) -> bool:
+    return snapshot.get("node") == node["name"] and snapshot.get("state_dir") == str(st.dir)
+
+
+def _restart(st: State, node: dict, fresh: bool, snapshot: dict | None = None) -> None:
     t0 = time.monotonic()
     shutdown(st, node)
     if fresh:
         with shielded():
             sysops.unmount_below(Path(node["rootfs"]))
-        if not Path(node["image"]).is_dir():
-            node["image"] = str(image.ensure_image(REPO, log))
-        create_rootfs(node)
-        personalize(st, node)
+        if snapshot is not None:
+            create_rootfs(node, snapshot)
+            if _same_identity(st, node, snapshot):
+                node["machine_id"] = snapshot["machine_id"]  # the snapshot's files, byte for byte
+            else:
+                personalize(st, node)
+        else:
+            if not Path(node["image"]).is_dir():
+                node["image"] = str(image.ensure_image(REPO, log))
+            create_rootfs(node)
+            personalize(st, node)
         st.save()
     else:
         mount_rootfs(node)
@@ -646,9 +700,55 @@ def _restart(st: State, node: dict, fresh: bool) -> None:
 
 def cmd_reset(args) -> int:
     st = State(state_dir())
+    snapshot = read_snapshot(Path(args.to_snapshot)) if args.to_snapshot else None
     with state_lock(st):
         st = State(st.dir)
-        _restart(st, st.node(args.name), fresh=True)
+        _restart(st, st.node(args.name), fresh=True, snapshot=snapshot)
+    return 0
+
+
+def cmd_snapshot(args) -> int:
+    """Power the node off, keep its filesystem as the snapshot DIR, boot it again on top of it.
+
+    Overlay mode moves the node's upper dir into DIR (nothing is copied) and stacks it as a
+    read-only layer under a new, empty upper dir: the node goes on from exactly the snapshot,
+    and later changes of the node never reach the snapshot. Copy mode copies the rootfs.
+    """
+    st = State(state_dir())
+    target = Path(os.path.abspath(args.dir))
+    with state_lock(st):
+        st = State(st.dir)
+        node = st.node(args.name)
+        if target.exists() or target.is_symlink():
+            raise Fail(f"{target} already exists: remove it (once no node uses it) or pick another directory")
+        t0 = time.monotonic()
+        shutdown(st, node)
+        nd = Path(node["node_dir"])
+        with shielded():
+            sysops.unmount_below(Path(node["rootfs"]))
+            target.mkdir(parents=True)
+            meta = {"node": node["name"], "state_dir": str(st.dir), "machine_id": node["machine_id"],
+                    "mode": node["mode"], "image": node["image"], "taken": time.strftime("%Y-%m-%d %H:%M:%S")}
+            if node["mode"] == "overlay":
+                shutil.move(str(nd / "upper"), str(target / "upper"))
+                node["layers"] = [str(target / "upper"), *node.get("layers", [])]
+                meta["layers"] = list(node["layers"])
+                for sub in ("upper", "work"):
+                    sysops.safe_rmtree(nd / sub)
+                    (nd / sub).mkdir()
+            else:
+                sysops.run(["cp", "-a", "--reflink=auto", node["rootfs"], str(target / "rootfs")], quiet=True)
+                meta["layers"] = []
+                meta["rootfs"] = str(target / "rootfs")
+            write_json(target / "snapshot.json", meta)
+            st.save()
+        mount_rootfs(node)
+        boot(st, node)
+        try:
+            wait_ready(st, [node])
+        finally:
+            st.save()
+    log(f"{node['name']}: snapshot {target} taken, node back in {time.monotonic() - t0:.1f} s")
     return 0
 
 
@@ -718,6 +818,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("up", help="make N fresh nodes; last stdout line: inventory path")
     s.add_argument("count", nargs="?", type=int, default=1, metavar="N")
+    s.add_argument("--from-snapshot", metavar="DIR", help="start from a snapshot, each node with its own identity")
     s.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop and remove every node of this state dir").set_defaults(func=cmd_down)
     sub.add_parser("image", help="build (or reuse) the cached base image").set_defaults(func=cmd_image)
@@ -729,7 +830,14 @@ def parser() -> argparse.ArgumentParser:
                             ("start", cmd_start, "boot a stopped node, wait for SSH")):
         s = sub.add_parser(name, help=hlp)
         s.add_argument("name")
+        if name == "reset":
+            s.add_argument("--to-snapshot", metavar="DIR",
+                           help="from this snapshot instead of the base image (the snapshot's own node keeps its identity)")
         s.set_defaults(func=func)
+    s = sub.add_parser("snapshot", help="clean poweroff, keep the node's filesystem as snapshot DIR, boot again")
+    s.add_argument("name")
+    s.add_argument("dir")
+    s.set_defaults(func=cmd_snapshot)
     s = sub.add_parser("ssh", help="run a command on a node: ssh NAME -- CMD...")
     s.add_argument("name")
     s.add_argument("command", nargs=argparse.REMAINDER)

@@ -225,6 +225,38 @@ def test_cli_parsing():
         assert p.parse_args([cmd, "n1"]).name == "n1"
     with pytest.raises(SystemExit):
         p.parse_args(["reset"])
+    assert p.parse_args(["up", "3", "--from-snapshot", "/s"]).from_snapshot == "/s"
+    assert p.parse_args(["up"]).from_snapshot is None
+    assert p.parse_args(["reset", "n1", "--to-snapshot", "/s"]).to_snapshot == "/s"
+    assert p.parse_args(["reset", "n1"]).to_snapshot is None
+    a = p.parse_args(["snapshot", "n1", "/s"])
+    assert (a.cmd, a.name, a.dir) == ("snapshot", "n1", "/s")
+    with pytest.raises(SystemExit):
+        p.parse_args(["snapshot", "n1"])
+
+
+def test_overlay_stacks_snapshot_layers_over_the_image(tmp_path):
+    st = node.State(tmp_path)
+    rec = node.new_node_record(st, "tnaaaaaa-1", 1, "10.213.0.4/30", tmp_path / "img")
+    nd = tmp_path / "nodes" / "tnaaaaaa-1"
+    assert rec["layers"] == []
+    assert node.overlay_options(rec) == f"lowerdir={tmp_path / 'img'},upperdir={nd / 'upper'},workdir={nd / 'work'}"
+    rec["layers"] = ["/snap/b/upper", "/snap/a/upper"]  # topmost first
+    assert node.overlay_options(rec).startswith(f"lowerdir=/snap/b/upper:/snap/a/upper:{tmp_path / 'img'},")
+
+
+def test_a_snapshot_needs_its_record_and_its_layers(tmp_path):
+    with pytest.raises(node.Fail, match="no snapshot.json"):
+        node.read_snapshot(tmp_path)
+    (tmp_path / "image").mkdir()
+    (tmp_path / "upper").mkdir()
+    meta = {"node": "tnaaaaaa-1", "state_dir": "/s", "machine_id": "0" * 32, "mode": "overlay",
+            "image": str(tmp_path / "image"), "layers": [str(tmp_path / "upper")]}
+    (tmp_path / "snapshot.json").write_text(json.dumps(meta))
+    assert node.read_snapshot(tmp_path) == meta
+    (tmp_path / "upper").rmdir()
+    with pytest.raises(node.Fail, match="is gone"):
+        node.read_snapshot(tmp_path)
 
 
 def test_state_dir_from_env(monkeypatch, tmp_path):
