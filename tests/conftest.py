@@ -57,11 +57,11 @@ def node_sets():
     """Make NodeSets on demand; every node made is removed at the end of the session."""
     made = []
 
-    def make(name, count=1):
+    def make(name, count=1, **up_options):
         node_set = NodeSet(STATE_ROOT / name)
         node_set.down()  # leftovers of an interrupted earlier session
         made.append(node_set)
-        node_set.up(count)
+        node_set.up(count, **up_options)  # e.g. monitor=True: tests/testnode up N --monitor
         return node_set
 
     yield make
