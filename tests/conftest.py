@@ -95,11 +95,11 @@ def _all_node_sets():
     """Every NodeSet this worker made; all removed at the end of the session, snapshots last."""
     made = []
 
-    def make(name, count=1, from_snapshot=None):
+    def make(name, count=1, **up_options):
         node_set = NodeSet(STATE_ROOT / name)
         node_set.down()  # leftovers of an interrupted earlier session
         made.append(node_set)
-        node_set.up(count, from_snapshot=from_snapshot)
+        node_set.up(count, **up_options)  # e.g. monitor=True: tests/testnode up N --monitor
         return node_set
 
     yield make

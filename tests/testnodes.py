@@ -26,6 +26,7 @@ class Node:
     host_ip: str
     state_dir: Path
     inventory: Path
+    group: str = "sglang_nodes"
 
     def ssh(self, command, check=False):
         """Run a shell command on the node as root; return the CompletedProcess."""
@@ -65,8 +66,11 @@ class NodeSet:
         self.state_dir = Path(state_dir)
         self.inventory = None
 
-    def up(self, count=1, from_snapshot=None):
+    def up(self, count=1, from_snapshot=None, monitor=False):
+        """Make count serving nodes (from a snapshot, each with its own identity; with monitor,
+        plus one host of group sglang_monitors)."""
         extra = ["--from-snapshot", str(from_snapshot)] if from_snapshot else []
+        extra += ["--monitor"] if monitor else []
         result = _testnode(self.state_dir, "up", str(count), *extra)
         self.inventory = Path(result.stdout.strip().splitlines()[-1])
         return self.nodes()
@@ -76,7 +80,8 @@ class NodeSet:
         if isinstance(records, dict):
             records = list(records.values())
         return [
-            Node(name=r["name"], ip=r["ip"], host_ip=r["host_ip"], state_dir=self.state_dir, inventory=self.inventory)
+            Node(name=r["name"], ip=r["ip"], host_ip=r["host_ip"], state_dir=self.state_dir, inventory=self.inventory,
+                 group=r.get("group") or "sglang_nodes")
             for r in records
         ]
 

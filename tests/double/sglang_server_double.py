@@ -15,7 +15,9 @@ SGLang does:
   the SGLANG_* / NCCL_* environment it saw, so tests check what the unit really passed;
 - /model_info, /get_model_info, /v1/models: the model path;
 - POST /generate (streamed as SGLang streams it) and /flush_cache, so the real
-  sglang.bench_serving can drive it (tests/double/double_generate.py).
+  sglang.bench_serving can drive it (tests/double/double_generate.py);
+- GET /metrics with --enable-metrics: SGLang 0.5.9's metric names and types, with values
+  that follow the load served (tests/double/double_metrics.py, tests/double/sglang_metrics.yml).
 
 Knobs for fault tests (environment): SGLANG_DOUBLE_WARMUP_SECONDS (default 2),
 SGLANG_DOUBLE_NEVER_HEALTHY=1 (stays 503 forever: a configuration that fails its
@@ -120,6 +122,10 @@ def main(argv):
     import double_generate  # pylint: disable=import-outside-toplevel
 
     handler = double_generate.install(make_handler(double), double)
+    # GET /metrics with --enable-metrics (tests/double/double_metrics.py)
+    import double_metrics  # pylint: disable=import-outside-toplevel
+
+    handler = double_metrics.install(handler, double)
     httpd = ThreadingHTTPServer((server_args.host, server_args.port), handler)
     httpd.serve_forever()
 

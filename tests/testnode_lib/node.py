@@ -238,6 +238,13 @@ def wheelhouse_dir() -> Path | None:
     return p.resolve() if p.is_dir() else None
 
 
+def debs_dir() -> Path | None:
+    """Debian packages for the air-gapped nodes (scripts/fetch-monitoring-debs), bound at /srv/debs."""
+    env = os.environ.get("TESTNODE_BIND_DEBS")
+    p = Path(env) if env else REPO / ".cache" / "debs"
+    return p.resolve() if p.is_dir() else None
+
+
 def models_dir() -> Path:
     """Stand-in model weights copied into every fresh node's /srv/models/ (contents, not the dir)."""
     env = os.environ.get("TESTNODE_MODELS_DIR")
@@ -249,6 +256,9 @@ def bind_args() -> list[str]:
     wh = wheelhouse_dir()
     if wh:
         args.append(f"--bind-ro={wh}:/srv/wheelhouse")
+    debs = debs_dir()
+    if debs:
+        args.append(f"--bind-ro={debs}:/srv/debs")
     double = REPO / "tests" / "double"
     if double.is_dir():
         args.append(f"--bind-ro={double}:/opt/sglang-test-double")
@@ -257,7 +267,10 @@ def bind_args() -> list[str]:
 
 # --------------------------------------------------------------------------- node lifecycle
 
-def new_node_record(st: State, name: str, index: int, subnet: str, image_rootfs: Path) -> dict:
+def new_node_record(st: State, name: str, index: int, subnet: str, image_rootfs: Path,
+                    group: str | None = None, peers: str | None = None) -> dict:
+    """group: the inventory group (None: sglang_nodes); peers: the pool the node reaches through
+    the host (None: the host only)."""
     host_ip, node_ip, plen = util.subnet_addresses(subnet)
     nd = st.dir / "nodes" / name
     return {
@@ -279,6 +292,8 @@ def new_node_record(st: State, name: str, index: int, subnet: str, image_rootfs:
         "cgroups": [],
         "machine_id": None,
         "state": "creating",
+        "group": group,
+        "peers": peers,
     }
 
 
@@ -378,7 +393,8 @@ def personalize(st: State, node: dict) -> None:
     _write(r / "etc/hostname", node["name"] + "\n")
     _write(r / "etc/hosts", util.render_hosts(node["name"], node["host_ip"]))
     _write(r / "etc/systemd/network/10-host0.network",
-           util.render_network_file(node["ip"], node["prefixlen"]))
+           util.render_network_file(node["ip"], node["prefixlen"], node.get("peers"),
+                                    node["host_ip"] if node.get("peers") else None))
     # SSH: node host key, our public key
     for f in (r / "etc/ssh").glob("ssh_host_*"):
         f.unlink()
@@ -475,6 +491,10 @@ def configure_host_link(node: dict, timeout: float = 20.0) -> None:
     if r.returncode != 0 and "exists" not in (r.stderr or ""):
         raise Fail(f"ip addr add on {ifname} failed: {r.stderr.strip()}")
     sysops.run(["ip", "link", "set", ifname, "up"], quiet=True)
+    if node.get("peers"):
+        # Forward what arrives on this node's link only (the host's ip_forward stays as it is):
+        # with its route to the pool, the node reaches the other nodes through the host.
+        Path(f"/proc/sys/net/ipv4/conf/{ifname}/forwarding").write_text("1\n")
 
 
 def ssh_base(st: State, node: dict, connect_timeout: int = 5, batch: bool = True) -> list[str]:
@@ -602,6 +622,14 @@ def _down_all(st: State) -> None:
     sweep_leftovers(st)
 
 
+def extra_nodes(args) -> list[tuple[str, str]]:
+    """(name suffix, inventory group) of each node `up` makes besides the N serving nodes."""
+    extra = []
+    if getattr(args, "monitor", False):
+        extra.append(("mon", "sglang_monitors"))
+    return extra
+
+
 def cmd_up(args) -> int:
     count = args.count
     if count < 1 or count > 99:
@@ -625,10 +653,17 @@ def cmd_up(args) -> int:
                 prefix = ensure_prefix(st, reg)
                 drop_stale_leases(reg)
                 host_nets = sysops.host_networks()
+                extra = extra_nodes(args)
+                # Nodes of other roles reach the serving nodes (and back) through the host.
+                peers = os.environ.get("TESTNODE_SUBNET_POOL", util.DEFAULT_POOL) if extra else None
                 for i in range(1, count + 1):
                     name = util.node_name(prefix, i)
                     subnet = lease_subnet(st, reg, name, host_nets)
-                    st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs))
+                    st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, peers=peers))
+                for i, (suffix, group) in enumerate(extra, start=count + 1):
+                    name = util.node_name(prefix, suffix)
+                    subnet = lease_subnet(st, reg, name, host_nets)
+                    st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, group=group, peers=peers))
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
                 create_rootfs(n, snapshot)
@@ -645,7 +680,7 @@ def cmd_up(args) -> int:
                 log("up failed or was interrupted: removing the nodes it made")
                 with shielded():
                     _down_all(st)
-    log(f"{count} node(s) up in {time.monotonic() - t0:.1f} s: "
+    log(f"{len(st.nodes)} node(s) up in {time.monotonic() - t0:.1f} s: "
         + ", ".join(f"{n['name']}={n['ip']}" for n in st.nodes))
     print(inv)
     return 0
@@ -819,6 +854,8 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("up", help="make N fresh nodes; last stdout line: inventory path")
     s.add_argument("count", nargs="?", type=int, default=1, metavar="N")
     s.add_argument("--from-snapshot", metavar="DIR", help="start from a snapshot, each node with its own identity")
+    s.add_argument("--monitor", action="store_true",
+                   help="also make one monitoring host (NAME-mon) in the inventory group sglang_monitors")
     s.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop and remove every node of this state dir").set_defaults(func=cmd_down)
     sub.add_parser("image", help="build (or reuse) the cached base image").set_defaults(func=cmd_image)

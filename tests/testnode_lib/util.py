@@ -29,7 +29,7 @@ def state_prefix(state_dir: str, salt: int = 0) -> str:
     return "tn" + h[:6]
 
 
-def node_name(prefix: str, index: int) -> str:
+def node_name(prefix: str, index: int | str) -> str:
     name = f"{prefix}-{index}"
     if len(name) > NAME_MAX:
         raise ValueError(f"node name {name!r} is longer than {NAME_MAX} characters")
@@ -208,33 +208,45 @@ def _q(value) -> str:
 
 
 def render_inventory(nodes: list[dict], key_path: str, group: str = "sglang_nodes") -> str:
+    """The nodes as an Ansible inventory: each in its record's "group" (default: group).
+
+    The default group is always written (empty: `hosts: {}`); a node made for another role
+    (e.g. `up --monitor`: group sglang_monitors) goes into its own group, in the order met.
+    """
+    groups: dict[str, list[dict]] = {group: []}
+    for n in nodes:
+        groups.setdefault(n.get("group") or group, []).append(n)
     lines = [
         "---",
         "# Written by tests/testnode up; regenerated on every up.",
         "all:",
         "  children:",
-        f"    {group}:",
     ]
-    if not nodes:
-        lines.append("      hosts: {}")
-        return "\n".join(lines) + "\n"
-    lines.append("      hosts:")
-    for n in nodes:
-        lines += [
-            f"        {n['name']}:",
-            f"          ansible_host: {_q(n['ip'])}",
-            "          ansible_user: root",
-            f"          ansible_ssh_private_key_file: {_q(key_path)}",
-            f"          ansible_ssh_common_args: {_q(SSH_COMMON_ARGS)}",
-            "          ansible_python_interpreter: /usr/bin/python3",
-            f"          testnode_host_address: {_q(n['host_ip'])}",
-        ]
+    for name, members in groups.items():
+        lines.append(f"    {name}:")
+        if not members:
+            lines.append("      hosts: {}")
+            continue
+        lines.append("      hosts:")
+        for n in members:
+            lines += [
+                f"        {n['name']}:",
+                f"          ansible_host: {_q(n['ip'])}",
+                "          ansible_user: root",
+                f"          ansible_ssh_private_key_file: {_q(key_path)}",
+                f"          ansible_ssh_common_args: {_q(SSH_COMMON_ARGS)}",
+                "          ansible_python_interpreter: /usr/bin/python3",
+                f"          testnode_host_address: {_q(n['host_ip'])}",
+            ]
     return "\n".join(lines) + "\n"
 
 
-def render_network_file(node_ip: str, prefixlen: int) -> str:
+def render_network_file(node_ip: str, prefixlen: int, peers: str | None = None, via: str | None = None) -> str:
+    """systemd-networkd file of the node's host0. Without peers the node reaches only the host;
+    with peers (the pool, e.g. 10.213.0.0/16) and via (the host side of its link) it also reaches
+    the other nodes through the host (`up --monitor`: the monitor scrapes the nodes)."""
     # 10- sorts before the image's 80-container-host0.network, so this one wins (first match).
-    return (
+    text = (
         "# Written by tests/testnode: static address, no gateway (the node reaches only the host).\n"
         "[Match]\n"
         "Name=host0\n"
@@ -246,6 +258,17 @@ def render_network_file(node_ip: str, prefixlen: int) -> str:
         "LLMNR=no\n"
         "MulticastDNS=no\n"
     )
+    if peers:
+        ipaddress.ip_network(peers, strict=True)
+        ipaddress.ip_address(via)
+        text += (
+            "\n"
+            "# The other test nodes of the pool, through the host (never a default route).\n"
+            "[Route]\n"
+            f"Destination={peers}\n"
+            f"Gateway={via}\n"
+        )
+    return text
 
 
 def render_hosts(name: str, host_ip: str) -> str:

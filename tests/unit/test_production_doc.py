@@ -357,3 +357,20 @@ def test_unreadable_summary_does_not_fail_the_render(node):
     (node.state / "benchmark" / "summary.json").write_text("{not json")
     node.render()
     assert "summary.json` is unreadable: not JSON" in node.text()
+
+
+def test_monitoring_lists_where_metrics_and_alerts_live_and_the_thresholds_in_force(node):
+    node.render()
+    alone = _section(node.text(), "Monitoring")
+    assert "No monitor in the inventory" in alone and "/metrics" in alone
+
+    # A monitor with one threshold of its own: the document shows it, and the role's defaults for the rest.
+    node.inventory.write_text(node.inventory.read_text()
+                              + "[sglang_monitors]\nmon-1 sglang_monitoring_alert_token_usage_threshold=0.9\n")
+    node.render(sglang_server_args={**_shared("sglang_server_args"), "host": "0.0.0.0"})
+    text = _section(node.text(), "Monitoring")
+    assert "Prometheus on `mon-1`" in text and "`127.0.0.1:9090`" in text
+    assert "/etc/prometheus/rules/sglang.rules.yml" in text
+    assert "| `SGLangKVCacheNearlyFull` | `sglang:token_usage` above the threshold | > 0.9 for 5m |" in text
+    assert "| `SGLangServerDown` | the server cannot be scraped (`up == 0`) | for 1m |" in text
+    assert "`http://doc-node:30000/metrics`\n(on: `enable_metrics`)" in text

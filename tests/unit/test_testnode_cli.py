@@ -279,3 +279,24 @@ def test_nodes_json_roundtrip(tmp_path):
     assert node.State(tmp_path).node("tnaaaaaa-1")["subnet"] == "10.213.0.4/30"
     with pytest.raises(node.Fail):
         st.node("nope")
+
+
+def test_render_inventory_puts_a_node_of_another_role_into_its_group():
+    nodes = [_node("tnaaaaaa-1", "10.213.0.2", "10.213.0.1"),
+             {**_node("tnaaaaaa-mon", "10.213.0.6", "10.213.0.5"), "group": "sglang_monitors"}]
+    children = yaml.safe_load(util.render_inventory(nodes, "/k"))["all"]["children"]
+    assert list(children["sglang_nodes"]["hosts"]) == ["tnaaaaaa-1"]
+    assert list(children["sglang_monitors"]["hosts"]) == ["tnaaaaaa-mon"]
+    assert children["sglang_monitors"]["hosts"]["tnaaaaaa-mon"]["ansible_host"] == "10.213.0.6"
+
+
+def test_network_file_with_peers_routes_only_the_pool_through_the_host():
+    text = util.render_network_file("10.213.0.2", 30, "10.213.0.0/16", "10.213.0.1")
+    assert "[Route]\nDestination=10.213.0.0/16\nGateway=10.213.0.1\n" in text
+    assert "0.0.0.0/0" not in text and text.count("Gateway=") == 1
+
+
+def test_up_monitor_adds_one_monitoring_host():
+    args = node.parser().parse_args(["up", "2", "--monitor"])
+    assert args.count == 2 and node.extra_nodes(args) == [("mon", "sglang_monitors")]
+    assert node.extra_nodes(node.parser().parse_args(["up", "2"])) == []

@@ -1,0 +1,89 @@
+"""The alert rules of roles/sglang_monitoring, proven with Prometheus's own promtool.
+
+The rules template is rendered with the role's default thresholds, checked with
+`promtool check rules` and run against tests/roles/monitoring/rules_test.yml with
+`promtool test rules` (synthetic series: each rule fires when it should and stays silent when it
+should not). promtool is the one of Debian's prometheus package, extracted by
+scripts/fetch-monitoring-debs into .cache/promtool/ (scripts/setup runs it).
+"""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "sglang_monitoring"
+PROMTOOL = REPO / ".cache" / "promtool" / "promtool"
+RULES_TEST = REPO / "tests" / "roles" / "monitoring" / "rules_test.yml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def promtool():
+    assert PROMTOOL.is_file(), f"{PROMTOOL} is missing: run scripts/fetch-monitoring-debs (scripts/setup does)"
+    return PROMTOOL
+
+
+def render_rules(**overrides):
+    """The rules file as the role writes it (Ansible's template: trim_blocks), from the role's defaults."""
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values.update(overrides)
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    template = env.from_string((ROLE / "templates" / "sglang.rules.yml.j2").read_text())
+    return template.render(ansible_managed="Ansible managed", **values)
+
+
+def run_rule_tests(tmp_path, rules_text):
+    (tmp_path / "sglang.rules.yml").write_text(rules_text)
+    shutil.copy(RULES_TEST, tmp_path / "rules_test.yml")
+    return subprocess.run([str(PROMTOOL), "test", "rules", "rules_test.yml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_rules_pass_promtool_check(tmp_path):
+    (tmp_path / "sglang.rules.yml").write_text(render_rules())
+    done = subprocess.run([str(PROMTOOL), "check", "rules", str(tmp_path / "sglang.rules.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 8 rules found" in done.stdout
+
+
+def test_every_rule_fires_when_it_should_and_stays_silent_otherwise(tmp_path):
+    done = run_rule_tests(tmp_path, render_rules())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_every_alert_has_a_firing_and_a_silent_case():
+    alerts = [rule["alert"] for group in yaml.safe_load(render_rules())["groups"] for rule in group["rules"]]
+    cases = [case for test in yaml.safe_load(RULES_TEST.read_text())["tests"] for case in test["alert_rule_test"]]
+    for alert in alerts:
+        mine = [case for case in cases if case["alertname"] == alert]
+        assert any(case["exp_alerts"] for case in mine), f"{alert}: no case where it fires"
+        assert any(not case["exp_alerts"] for case in mine), f"{alert}: no case where it stays silent"
+
+
+def test_every_rule_states_its_reason():
+    text = (ROLE / "templates" / "sglang.rules.yml.j2").read_text()
+    blocks = re.split(r"\n(?=      # Reason:)", text)[1:]
+    alerts = re.findall(r"^      - alert: (\w+)$", text, re.M)
+    assert len(blocks) == len(alerts) == 8
+    for block, alert in zip(blocks, alerts):
+        assert f"- alert: {alert}" in block, f"{alert}: no '# Reason:' comment right above it"
+
+
+@pytest.mark.parametrize("overrides", [
+    {"sglang_monitoring_alert_server_down_for": "5m"},
+    {"sglang_monitoring_alert_token_usage_threshold": 0.98},
+    {"sglang_monitoring_alert_accept_length_threshold": 1.2},
+    {"sglang_monitoring_alert_watchdog_restart_window": "5m"},
+])
+def test_the_rule_tests_catch_a_changed_threshold(tmp_path, overrides):
+    # The thresholds are variables of the rules: a rule that no longer fires where the tests
+    # expect it must fail them (the tests are not blind to the values).
+    done = run_rule_tests(tmp_path, render_rules(**overrides))
+    assert done.returncode != 0 and "FAILED" in done.stdout + done.stderr, done.stdout
