@@ -666,7 +666,9 @@ def cmd_up(args) -> int:
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, group=group, peers=peers))
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
-                create_rootfs(n, snapshot)
+                # Only serving nodes start from a snapshot of a converged node; a monitor or gateway
+                # host runs no SGLang server, so it starts from the base image.
+                create_rootfs(n, snapshot if n.get("group") is None else None)
                 personalize(st, n)  # a node made from a snapshot gets its own identity all the same
                 st.save()
             for n in st.nodes:
