@@ -32,6 +32,7 @@ SNAPSHOTS = STATE_ROOT / "snapshots"
 # listed runs after these, integration files before the quick tiers.
 COSTLIEST_FIRST = (
     "integration/test_fleet.py",
+    "integration/test_monitoring.py",
     "integration/test_faults.py",
     "integration/test_benchmark.py",
     "integration/test_models.py",
