@@ -21,7 +21,9 @@ SGLang does:
 
 Knobs for fault tests (environment): SGLANG_DOUBLE_WARMUP_SECONDS (default 2),
 SGLANG_DOUBLE_NEVER_HEALTHY=1 (stays 503 forever: a configuration that fails its
-health check).
+health check). Signal: SIGUSR1 makes /health_generate and /generate hang while /health
+stays 200, a scheduler hang as users see it (tests/double/double_hang.py; real SGLang's
+/health would fail too, as it also runs a generation).
 """
 
 import dataclasses
@@ -126,6 +128,10 @@ def main(argv):
     import double_metrics  # pylint: disable=import-outside-toplevel
 
     handler = double_metrics.install(handler, double)
+    # SIGUSR1: the generation path hangs, /health stays 200 (tests/double/double_hang.py)
+    import double_hang  # pylint: disable=import-outside-toplevel
+
+    handler = double_hang.install(handler, double)
     httpd = ThreadingHTTPServer((server_args.host, server_args.port), handler)
     httpd.serve_forever()
 
