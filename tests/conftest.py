@@ -33,6 +33,7 @@ SNAPSHOTS = STATE_ROOT / "snapshots"
 COSTLIEST_FIRST = (
     "integration/test_fleet.py",
     "integration/test_monitoring.py",
+    "integration/test_watchdog.py",
     "integration/test_faults.py",
     "integration/test_benchmark.py",
     "integration/test_models.py",

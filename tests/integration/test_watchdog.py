@@ -91,8 +91,9 @@ class _Load(threading.Thread):
 
 
 @pytest.fixture(scope="module")
-def node(node_sets):
-    made = node_sets("watchdog").nodes()[0]
+def node(node_sets, converged_snapshot):
+    # Starts converged (the worker's snapshot); this file's own run applies its watchdog settings.
+    made = node_sets("watchdog", from_snapshot=converged_snapshot.directory).nodes()[0]
     first = run_playbook("site.yml", made.inventory, extravars=EXTRAVARS)
     assert first.rc == 0, node_state.failure_messages(first) or first.stdout[-6000:]
     pid, _ = node_state.wait_healthy(made, 60)
