@@ -57,11 +57,11 @@ def node_sets():
     """Make NodeSets on demand; every node made is removed at the end of the session."""
     made = []
 
-    def make(name, count=1):
+    def make(name, count=1, gateway=False):
         node_set = NodeSet(STATE_ROOT / name)
         node_set.down()  # leftovers of an interrupted earlier session
         made.append(node_set)
-        node_set.up(count)
+        node_set.up(count, gateway=gateway)
         return node_set
 
     yield make
@@ -98,3 +98,38 @@ def converged_node(node_sets):
 def host(converged_node):
     """testinfra host of the converged node, over SSH."""
     return converged_node.node.testinfra_host()
+
+
+class GatewayFleet:
+    """Serving nodes plus one gateway host (tests/testnode up N --gateway), converged once by site.yml.
+
+    nodes: the serving nodes (group sglang_nodes); gateway: the gateway host (sglang_gateways);
+    url, api_key, ca_file: what a client of the gateway uses (host variables the harness wrote).
+    """
+
+    def __init__(self, node_set, first_run):
+        import yaml  # pylint: disable=import-outside-toplevel
+
+        self.node_set = node_set
+        self.inventory = node_set.inventory
+        self.first_run = first_run
+        groups = yaml.safe_load(self.inventory.read_text())["all"]["children"]
+        by_name = {n.name: n for n in node_set.nodes()}
+        self.nodes = [by_name[name] for name in groups["sglang_nodes"]["hosts"]]
+        (gateway_name, gateway_vars), = groups["sglang_gateways"]["hosts"].items()
+        self.gateway = by_name[gateway_name]
+        self.url = gateway_vars["sglang_gateway_url"]
+        self.api_key = gateway_vars["sglang_gateway_api_keys"][0]
+        self.ca_file = gateway_vars["sglang_gateway_tls_ca_file"]
+
+    def converge(self, **kwargs):
+        return run_playbook("site.yml", self.inventory, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def gateway_fleet(node_sets):
+    """Three serving nodes and one gateway in front of them, made and converged once per session."""
+    node_set = node_sets("gateway-fleet", 3, gateway=True)
+    first = run_playbook("site.yml", node_set.inventory)
+    assert first.rc == 0, first.stdout[-6000:]
+    return GatewayFleet(node_set, first)

@@ -55,8 +55,9 @@ class NodeSet:
         self.state_dir = Path(state_dir)
         self.inventory = None
 
-    def up(self, count=1):
-        result = _testnode(self.state_dir, "up", str(count))
+    def up(self, count=1, gateway=False):
+        """Make `count` nodes (with gateway=True: plus one gateway host, the last node)."""
+        result = _testnode(self.state_dir, "up", str(count), *(["--gateway"] if gateway else []))
         self.inventory = Path(result.stdout.strip().splitlines()[-1])
         return self.nodes()
 

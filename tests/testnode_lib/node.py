@@ -27,7 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import image, sysops, util
+from . import gateway, image, sysops, util
 from .sysops import Fail, log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -335,8 +335,10 @@ def personalize(st: State, node: dict) -> None:
     _write(r / "etc/machine-id", mid + "\n", 0o444)
     _write(r / "etc/hostname", node["name"] + "\n")
     _write(r / "etc/hosts", util.render_hosts(node["name"], node["host_ip"]))
+    # A routed state dir (up --gateway) lets its nodes reach each other through the host.
+    peers = tuple(n["ip"] for n in st.nodes if n["name"] != node["name"]) if st.meta.get("routed") else ()
     _write(r / "etc/systemd/network/10-host0.network",
-           util.render_network_file(node["ip"], node["prefixlen"]))
+           util.render_network_file(node["ip"], node["prefixlen"], node["host_ip"], peers))
     # SSH: node host key, our public key
     for f in (r / "etc/ssh").glob("ssh_host_*"):
         f.unlink()
@@ -433,6 +435,10 @@ def configure_host_link(node: dict, timeout: float = 20.0) -> None:
     if r.returncode != 0 and "exists" not in (r.stderr or ""):
         raise Fail(f"ip addr add on {ifname} failed: {r.stderr.strip()}")
     sysops.run(["ip", "link", "set", ifname, "up"], quiet=True)
+    if node.get("routed"):
+        # Forward what this node sends to its peers; only on its own link (never the host-wide
+        # ip_forward), so other state dirs' nodes stay unreachable from it.
+        Path(f"/proc/sys/net/ipv4/conf/{ifname}/forwarding").write_text("1\n")
 
 
 def ssh_base(st: State, node: dict, connect_timeout: int = 5, batch: bool = True) -> list[str]:
@@ -564,6 +570,8 @@ def cmd_up(args) -> int:
     count = args.count
     if count < 1 or count > 99:
         raise Fail("N must be between 1 and 99")
+    with_gateway = getattr(args, "gateway", False)
+    total = count + 1 if with_gateway else count
     sysops.need_tools("systemd-nspawn", "ssh", "ssh-keygen", "ip", "mount")
     t0 = time.monotonic()
     image_rootfs = image.ensure_image(REPO, log)
@@ -576,16 +584,21 @@ def cmd_up(args) -> int:
         _down_all(st)
         st.inventory.unlink(missing_ok=True)
         st.ensure_key()
+        st.meta["routed"] = with_gateway
         ok = False
         try:
             with registry() as reg:
                 prefix = ensure_prefix(st, reg)
                 drop_stale_leases(reg)
                 host_nets = sysops.host_networks()
-                for i in range(1, count + 1):
+                for i in range(1, total + 1):
                     name = util.node_name(prefix, i)
                     subnet = lease_subnet(st, reg, name, host_nets)
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs))
+                    st.nodes[-1]["routed"] = with_gateway
+                st.save()
+            if with_gateway:
+                gateway.assign(st.dir, st.nodes)
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
                 create_rootfs(n)
@@ -602,7 +615,7 @@ def cmd_up(args) -> int:
                 log("up failed or was interrupted: removing the nodes it made")
                 with shielded():
                     _down_all(st)
-    log(f"{count} node(s) up in {time.monotonic() - t0:.1f} s: "
+    log(f"{total} node(s) up in {time.monotonic() - t0:.1f} s: "
         + ", ".join(f"{n['name']}={n['ip']}" for n in st.nodes))
     print(inv)
     return 0
@@ -718,6 +731,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("up", help="make N fresh nodes; last stdout line: inventory path")
     s.add_argument("count", nargs="?", type=int, default=1, metavar="N")
+    s.add_argument("--gateway", action="store_true",
+                   help="one more node, in group sglang_gateways, with a test CA, certificate and API key; "
+                        "the N serving nodes listen on their own address and the nodes reach each other")
     s.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop and remove every node of this state dir").set_defaults(func=cmd_down)
     sub.add_parser("image", help="build (or reuse) the cached base image").set_defaults(func=cmd_image)

@@ -207,35 +207,56 @@ def _q(value) -> str:
     return json.dumps(str(value))
 
 
+def add_to_group(node: dict, group: str, host_vars: dict | None = None) -> dict:
+    """Put a node record into a named inventory group of its own (instead of the default group)
+    and give it host variables; render_inventory writes both. Returns the record."""
+    groups = node.setdefault("groups", [])
+    if group not in groups:
+        groups.append(group)
+    node.setdefault("host_vars", {}).update(host_vars or {})
+    return node
+
+
 def render_inventory(nodes: list[dict], key_path: str, group: str = "sglang_nodes") -> str:
+    """The inventory of the nodes: each in `group`, or in the groups add_to_group gave it."""
     lines = [
         "---",
         "# Written by tests/testnode up; regenerated on every up.",
         "all:",
         "  children:",
-        f"    {group}:",
     ]
-    if not nodes:
-        lines.append("      hosts: {}")
-        return "\n".join(lines) + "\n"
-    lines.append("      hosts:")
+    members: dict[str, list[dict]] = {group: []}
     for n in nodes:
-        lines += [
-            f"        {n['name']}:",
-            f"          ansible_host: {_q(n['ip'])}",
-            "          ansible_user: root",
-            f"          ansible_ssh_private_key_file: {_q(key_path)}",
-            f"          ansible_ssh_common_args: {_q(SSH_COMMON_ARGS)}",
-            "          ansible_python_interpreter: /usr/bin/python3",
-            f"          testnode_host_address: {_q(n['host_ip'])}",
-        ]
+        for g in n.get("groups") or [group]:
+            members.setdefault(g, []).append(n)
+    for g, hosts in members.items():
+        lines.append(f"    {g}:")
+        if not hosts:
+            lines.append("      hosts: {}")
+            continue
+        lines.append("      hosts:")
+        for n in hosts:
+            lines += [
+                f"        {n['name']}:",
+                f"          ansible_host: {_q(n['ip'])}",
+                "          ansible_user: root",
+                f"          ansible_ssh_private_key_file: {_q(key_path)}",
+                f"          ansible_ssh_common_args: {_q(SSH_COMMON_ARGS)}",
+                "          ansible_python_interpreter: /usr/bin/python3",
+                f"          testnode_host_address: {_q(n['host_ip'])}",
+            ]
+            for name, value in sorted((n.get("host_vars") or {}).items()):
+                lines.append(f"          {name}: {json.dumps(value)}")
     return "\n".join(lines) + "\n"
 
 
-def render_network_file(node_ip: str, prefixlen: int) -> str:
+def render_network_file(node_ip: str, prefixlen: int, host_ip: str | None = None, peers: tuple = ()) -> str:
+    """systemd-networkd file of the node; `peers` (addresses of other nodes of the same state dir)
+    are routed through the host side (host_ip), which forwards between its node links."""
     # 10- sorts before the image's 80-container-host0.network, so this one wins (first match).
-    return (
-        "# Written by tests/testnode: static address, no gateway (the node reaches only the host).\n"
+    text = (
+        "# Written by tests/testnode: static address, no gateway (the node reaches only the host"
+        + (" and its peers" if peers else "") + ").\n"
         "[Match]\n"
         "Name=host0\n"
         "\n"
@@ -246,6 +267,9 @@ def render_network_file(node_ip: str, prefixlen: int) -> str:
         "LLMNR=no\n"
         "MulticastDNS=no\n"
     )
+    for peer in peers:
+        text += f"\n[Route]\nDestination={peer}/32\nGateway={host_ip}\n"
+    return text
 
 
 def render_hosts(name: str, host_ip: str) -> str:
