@@ -134,13 +134,17 @@ def test_the_api_key_is_in_no_world_readable_place(gateway_fleet):
     # The journal of the whole host (the gateway's log, systemd's messages, Ansible's module runs).
     journal = gateway.ssh("journalctl --no-pager -o cat").stdout
     assert journal and key not in journal
-    # The key IS in the gateway's argv (sglang-router 0.3.2 has no other way): root sees it ...
+    # sglang-router 0.3.2 gets the key on its command line. launch_router renames its process
+    # (setproctitle "sglang::router"), which overwrites argv once Python has started; until then the
+    # key is in /proc/PID/cmdline, and the environment holds it: other users must not see the process.
     pid = gateway.ssh(f"systemctl show -P MainPID {SERVICE}").stdout.strip()
-    assert key in gateway.ssh(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
-    # ... another local user does not: /proc is mounted hidepid=invisible.
+    as_root = gateway.ssh("ps -eo user:32,args").stdout
+    assert re.search(r"^sglang-gateway\s+sglang::router", as_root, re.M), as_root
     gateway.ssh("id probe >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh probe", check=True)
-    as_user = gateway.ssh(f"su -s /bin/sh probe -c 'ps -eo args; cat /proc/{pid}/cmdline; true'")
-    assert "sglang_router" not in as_user.stdout and key not in as_user.stdout + as_user.stderr
+    as_user = gateway.ssh(f"su -s /bin/sh probe -c 'ps -eo user:32,args; cat /proc/{pid}/cmdline /proc/{pid}/environ; true'")
+    assert "ps -eo" in as_user.stdout  # the user sees its own processes ...
+    assert "sglang-gateway" not in as_user.stdout and "sglang::router" not in as_user.stdout  # ... not the gateway
+    assert key not in as_user.stdout + as_user.stderr
     assert "hidepid=invisible" in gateway.ssh("findmnt -n -o OPTIONS /proc").stdout
     assert re.search(r"^proc\s+/proc\s+proc\s+\S*hidepid=invisible", host.file("/etc/fstab").content_string, re.M)
 
@@ -176,7 +180,8 @@ def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet,
     assert drift.rc != 0
     report = " ".join(drift.failure_messages())
     assert f"{gateway.name} drifted" in report, report
-    assert "unit" in report and victim["url"] in report, report
+    assert "Write the systemd unit" in report and "workers the gateway lacks" in report, report
+    assert any(victim["url"] in m for m in drift.messages() if m.startswith("check mode: the gateway lacks"))
     # Args changed in the inventory are drift too (the rendered unit differs).
     changed_args = run_playbook("playbooks/drift.yml", gateway_fleet.inventory, extravars={
         "sglang_gateway_args": {**TEST_GATEWAY_ARGS, "retry_max_retries": 2}})
