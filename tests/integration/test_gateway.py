@@ -232,3 +232,16 @@ def test_allow_insecure_warns_on_every_run(gateway_fleet):
         "sglang_gateway_api_keys": [], "sglang_gateway_allow_insecure": True})
     assert result.rc == 0, result.stdout[-3000:]
     assert any(m.startswith("WARNING: sglang_gateway_allow_insecure is true") for m in result.messages())
+
+
+def test_production_doc_names_the_gateway_and_its_certificate_never_a_key(gateway_fleet):
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    cert = gateway_fleet.ca_file.replace("ca.pem", "gateway.pem")
+    fingerprint = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", cert],
+                                 check=True, capture_output=True, text=True).stdout.strip().split("=", 1)[1]
+    doc = gateway_fleet.nodes[0].ssh("cat /root/production_v2.md", check=True).stdout
+    section = doc.split("## Gateway", 1)[1].split("\n## ", 1)[0]
+    assert gateway_fleet.url in section and "round_robin" in section and fingerprint in section, section
+    assert all(f"http://{node.ip}:30000" in section for node in gateway_fleet.nodes), section
+    assert gateway_fleet.api_key not in doc and "PRIVATE KEY" not in doc
