@@ -158,7 +158,8 @@ def test_the_unit_is_hardened(gateway_fleet):
     assert score <= 3.0, report
     host = gateway.testinfra_host()
     assert host.service("sglang-gateway").is_enabled
-    assert host.process.get(user="sglang-gateway", comm="python").user == "sglang-gateway"
+    pid = gateway.ssh(f"systemctl show -P MainPID {SERVICE}").stdout.strip()
+    assert gateway.ssh(f"stat -c %U /proc/{pid}").stdout.strip() == "sglang-gateway"
     assert gateway.ssh(f"systemctl show -P CapabilityBoundingSet {SERVICE}").stdout.strip() == ""
 
 
