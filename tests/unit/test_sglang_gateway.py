@@ -86,3 +86,31 @@ def test_gateway_args_render_through_the_server_args_renderer(project_module):
     from ansible.errors import AnsibleFilterError  # pylint: disable=import-outside-toplevel
     with pytest.raises(AnsibleFilterError, match="sglang_gateway_args: 'Bad' is not an option name"):
         sglang_argv({"Bad": 1}, "sglang_gateway_args")
+
+
+def _testnode_util():
+    import sys  # pylint: disable=import-outside-toplevel
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from testnode_lib import util  # pylint: disable=import-outside-toplevel
+
+    return util
+
+
+def test_harness_puts_a_node_into_an_extra_group_with_host_vars():
+    util = _testnode_util()
+    nodes = [{"name": "tn-1", "ip": "10.213.0.2", "host_ip": "10.213.0.1",
+              "host_vars": {"sglang_worker_host": "10.213.0.2"}},
+             util.add_to_group({"name": "tn-2", "ip": "10.213.0.6", "host_ip": "10.213.0.5"}, "sglang_gateways",
+                               {"sglang_gateway_api_keys": ["k"], "sglang_gateway_url": "https://10.213.0.6:8443"})]
+    groups = yaml.safe_load(util.render_inventory(nodes, "/k"))["all"]["children"]
+    assert list(groups["sglang_nodes"]["hosts"]) == ["tn-1"]
+    assert groups["sglang_nodes"]["hosts"]["tn-1"]["sglang_worker_host"] == "10.213.0.2"
+    gateway = groups["sglang_gateways"]["hosts"]["tn-2"]
+    assert gateway["sglang_gateway_api_keys"] == ["k"] and gateway["ansible_host"] == "10.213.0.6"
+
+
+def test_harness_routes_peers_through_the_host():
+    text = _testnode_util().render_network_file("10.213.0.2", 30, "10.213.0.1", ("10.213.0.6",))
+    assert "[Route]\nDestination=10.213.0.6/32\nGateway=10.213.0.1\n" in text
+    assert "[Route]" not in _testnode_util().render_network_file("10.213.0.2", 30)
