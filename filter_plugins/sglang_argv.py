@@ -13,21 +13,26 @@ _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _NEEDS_QUOTING = re.compile(r"[\s\"'\\;]")
 
 
-def sglang_argv(server_args):
+def sglang_argv(server_args, name="sglang_server_args"):
     """Return the argv list for a mapping of ServerArgs fields.
 
     true renders a bare flag, false/None omits it, a list renders the flag followed by
     each item (SGLang's nargs options), anything else renders "--flag value".
+    `name` is the variable named in errors (sglang_gateway_args renders the same way).
     """
     if not isinstance(server_args, dict):
         raise AnsibleFilterError(
-            f"sglang_server_args must be a mapping of ServerArgs field names to values, got {type(server_args).__name__}"
+            f"{name} must be a mapping of "
+            + ("ServerArgs field names" if name == "sglang_server_args" else "option names")
+            + f" to values, got {type(server_args).__name__}"
         )
     argv = []
     for field, value in server_args.items():
         if not isinstance(field, str) or not _FIELD_NAME.match(field):
             raise AnsibleFilterError(
-                f"sglang_server_args: {field!r} is not a ServerArgs field name (expected lower_snake_case, e.g. tp_size)"
+                f"{name}: {field!r} is not "
+                + ("a ServerArgs field name" if name == "sglang_server_args" else "an option name")
+                + " (expected lower_snake_case, e.g. tp_size)"
             )
         flag = "--" + field.replace("_", "-")
         if value is None or value is False:
@@ -36,17 +41,17 @@ def sglang_argv(server_args):
             argv.append(flag)
         elif isinstance(value, (list, tuple)):
             argv.append(flag)
-            argv.extend(_scalar(field, item) for item in value)
+            argv.extend(_scalar(field, item, name) for item in value)
         elif isinstance(value, dict):
-            raise AnsibleFilterError(f"sglang_server_args.{field}: a mapping cannot be rendered as a command-line value")
+            raise AnsibleFilterError(f"{name}.{field}: a mapping cannot be rendered as a command-line value")
         else:
-            argv.extend([flag, _scalar(field, value)])
+            argv.extend([flag, _scalar(field, value, name)])
     return argv
 
 
-def _scalar(field, value):
+def _scalar(field, value, name="sglang_server_args"):
     if isinstance(value, (dict, list, tuple)) or value is None:
-        raise AnsibleFilterError(f"sglang_server_args.{field}: nested value {value!r} cannot be rendered")
+        raise AnsibleFilterError(f"{name}.{field}: nested value {value!r} cannot be rendered")
     return str(value)
 
 

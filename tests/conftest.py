@@ -121,8 +121,8 @@ def node_sets(_all_node_sets):
     rc 0) before relying on them, since their identity differs from the snapshot's.
     """
 
-    def make(name, count=1, from_snapshot=None):
-        node_set = _all_node_sets(name, count, from_snapshot)
+    def make(name, count=1, **up_options):
+        node_set = _all_node_sets(name, count, **up_options)
         _FILE_NODE_SETS.append(node_set)
         return node_set
 
@@ -216,3 +216,43 @@ def converged_node(converged_snapshot):
 def host(converged_node):
     """testinfra host of this file's converged node, over SSH."""
     return converged_node.node.testinfra_host()
+
+
+class GatewayFleet:
+    """Serving nodes plus one gateway host (tests/testnode up N --gateway), converged once by site.yml.
+
+    nodes: the serving nodes (group sglang_nodes); gateway: the gateway host (sglang_gateways);
+    url, api_key, ca_file: what a client of the gateway uses (host variables the harness wrote).
+    """
+
+    def __init__(self, node_set, first_run):
+        import yaml  # pylint: disable=import-outside-toplevel
+
+        self.node_set = node_set
+        self.inventory = node_set.inventory
+        self.first_run = first_run
+        groups = yaml.safe_load(self.inventory.read_text())["all"]["children"]
+        by_name = {n.name: n for n in node_set.nodes()}
+        self.nodes = [by_name[name] for name in groups["sglang_nodes"]["hosts"]]
+        (gateway_name, gateway_vars), = groups["sglang_gateways"]["hosts"].items()
+        self.gateway = by_name[gateway_name]
+        self.url = gateway_vars["sglang_gateway_url"]
+        self.api_key = gateway_vars["sglang_gateway_api_keys"][0]
+        self.ca_file = gateway_vars["sglang_gateway_tls_ca_file"]
+
+    def converge(self, **kwargs):
+        return run_playbook("site.yml", self.inventory, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def gateway_fleet(_all_node_sets, converged_snapshot):
+    """Three serving nodes and one gateway in front of them, made and converged once per session.
+
+    Kept for the session (files that test through the gateway share it). The serving nodes start
+    from this worker's converged snapshot; this first run moves their servers onto their own
+    addresses and sets up the gateway host, which starts from the base image.
+    """
+    node_set = _all_node_sets("gateway-fleet", 3, gateway=True, from_snapshot=converged_snapshot.directory)
+    first = run_playbook("site.yml", node_set.inventory)
+    assert first.rc == 0, first.stdout[-6000:]
+    return GatewayFleet(node_set, first)

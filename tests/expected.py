@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 
 import jinja2
+import jinja2.nativetypes
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,8 @@ def testnode_vars(overrides=None):
             merged.update(_load(defaults.relative_to(REPO)))
     merged.update(_load("inventory/testnode/group_vars/sglang_nodes.yml"))
     merged.update(overrides or {})
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    # Native types, as Ansible renders: "{{ sglang_worker_port }}" stays an integer.
+    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
 
     def render(value, depth=0):
         if isinstance(value, str) and "{{" in value and depth < 10:

@@ -66,11 +66,12 @@ class NodeSet:
         self.state_dir = Path(state_dir)
         self.inventory = None
 
-    def up(self, count=1, from_snapshot=None, monitor=False):
+    def up(self, count=1, from_snapshot=None, monitor=False, gateway=False):
         """Make count serving nodes (from a snapshot, each with its own identity; with monitor,
-        plus one host of group sglang_monitors)."""
+        plus one host of group sglang_monitors; with gateway, plus one of sglang_gateways)."""
         extra = ["--from-snapshot", str(from_snapshot)] if from_snapshot else []
         extra += ["--monitor"] if monitor else []
+        extra += ["--gateway"] if gateway else []
         result = _testnode(self.state_dir, "up", str(count), *extra)
         self.inventory = Path(result.stdout.strip().splitlines()[-1])
         return self.nodes()

@@ -36,7 +36,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import image, sysops, util
+from . import gateway, image, sysops, util
 from .sysops import Fail, log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -627,6 +627,8 @@ def extra_nodes(args) -> list[tuple[str, str]]:
     extra = []
     if getattr(args, "monitor", False):
         extra.append(("mon", "sglang_monitors"))
+    if getattr(args, "gateway", False):
+        extra.append(("gw", gateway.GATEWAY_GROUP))
     return extra
 
 
@@ -664,6 +666,9 @@ def cmd_up(args) -> int:
                     name = util.node_name(prefix, suffix)
                     subnet = lease_subnet(st, reg, name, host_nets)
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, group=group, peers=peers))
+                gateways = [n for n in st.nodes if n.get("group") == gateway.GATEWAY_GROUP]
+                if gateways:
+                    gateway.assign(st.dir, st.nodes[:count], gateways[0])
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
                 # Only serving nodes start from a snapshot of a converged node; a monitor or gateway
@@ -858,6 +863,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--from-snapshot", metavar="DIR", help="start from a snapshot, each node with its own identity")
     s.add_argument("--monitor", action="store_true",
                    help="also make one monitoring host (NAME-mon) in the inventory group sglang_monitors")
+    s.add_argument("--gateway", action="store_true",
+                   help="also make one gateway host (NAME-gw) in the inventory group sglang_gateways, with a test CA, "
+                        "certificate and API key; the N serving nodes listen on their own address")
     s.set_defaults(func=cmd_up)
     sub.add_parser("down", help="stop and remove every node of this state dir").set_defaults(func=cmd_down)
     sub.add_parser("image", help="build (or reuse) the cached base image").set_defaults(func=cmd_image)

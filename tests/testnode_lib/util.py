@@ -207,15 +207,27 @@ def _q(value) -> str:
     return json.dumps(str(value))
 
 
+def add_to_group(node: dict, group: str, host_vars: dict | None = None) -> dict:
+    """Put a node record into a named inventory group of its own (instead of the default group)
+    and give it host variables; render_inventory writes both. Returns the record."""
+    groups = node.setdefault("groups", [])
+    if group not in groups:
+        groups.append(group)
+    node.setdefault("host_vars", {}).update(host_vars or {})
+    return node
+
+
 def render_inventory(nodes: list[dict], key_path: str, group: str = "sglang_nodes") -> str:
-    """The nodes as an Ansible inventory: each in its record's "group" (default: group).
+    """The nodes as an Ansible inventory: each in its record's "group" (default: group), or in
+    the groups add_to_group gave it, with its host variables.
 
     The default group is always written (empty: `hosts: {}`); a node made for another role
     (e.g. `up --monitor`: group sglang_monitors) goes into its own group, in the order met.
     """
     groups: dict[str, list[dict]] = {group: []}
     for n in nodes:
-        groups.setdefault(n.get("group") or group, []).append(n)
+        for name in n.get("groups") or [n.get("group") or group]:
+            groups.setdefault(name, []).append(n)
     lines = [
         "---",
         "# Written by tests/testnode up; regenerated on every up.",
@@ -238,6 +250,8 @@ def render_inventory(nodes: list[dict], key_path: str, group: str = "sglang_node
                 "          ansible_python_interpreter: /usr/bin/python3",
                 f"          testnode_host_address: {_q(n['host_ip'])}",
             ]
+            for name, value in sorted((n.get("host_vars") or {}).items()):
+                lines.append(f"          {name}: {json.dumps(value)}")
     return "\n".join(lines) + "\n"
 
 

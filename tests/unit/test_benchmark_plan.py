@@ -52,13 +52,15 @@ def test_the_summary_filters_no_longer_carry_the_plan_helpers():
 def _canonical(name):
     """A variable of roles/sglang/defaults/main.yml with its {{ sglang_* }} references filled in."""
     import jinja2
+    import jinja2.nativetypes
     import yaml
 
     data = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
 
     def render(value):
         if isinstance(value, str) and "{{" in value:
-            return jinja2.Environment().from_string(value).render(data)
+            # native types, as Ansible renders "{{ sglang_worker_port }}": an integer stays one
+            return render(jinja2.nativetypes.NativeEnvironment().from_string(value).render(data))
         if isinstance(value, dict):
             return {k: render(v) for k, v in value.items()}
         return value

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jinja2
 import jinja2.meta
+import jinja2.nativetypes
 import pytest
 import yaml
 
@@ -46,7 +47,8 @@ def _shared(name):
     Only the variables it refers to are rendered, so defaults elsewhere in the file that use
     Ansible-only filters do not matter."""
     data = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    # Native types, as Ansible renders "{{ sglang_worker_port }}": an integer stays one.
+    env = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined)
 
     def render(value):
         if isinstance(value, str) and "{{" in value:

@@ -1,0 +1,117 @@
+"""Filters of roles/sglang_gateway: the workers behind a gateway, and TLS checks on the controller.
+
+Pure logic, unit-tested in tests/unit/test_sglang_gateway.py.
+"""
+
+import datetime
+import hashlib
+
+from ansible.errors import AnsibleFilterError
+
+# roles/sglang/defaults/main.yml: sglang_worker_host and sglang_worker_port. A node's role
+# defaults are not in hostvars, so these are the values a node without inventory settings
+# has (tests/unit/test_sglang_gateway.py checks they equal the defaults file).
+DEFAULT_WORKER_HOST = "127.0.0.1"
+DEFAULT_WORKER_PORT = 30000
+
+
+def _get(variables, name):
+    try:
+        return variables[name]
+    except KeyError:
+        return None
+
+
+def worker_url(variables):
+    """The URL a gateway reaches one node's server at, from that node's variables."""
+    url = _get(variables, "sglang_worker_url")
+    if url:
+        return str(url)
+    host = _get(variables, "sglang_worker_host") or DEFAULT_WORKER_HOST
+    port = _get(variables, "sglang_worker_port")
+    if port is None:
+        server_args = _get(variables, "sglang_server_args")
+        if isinstance(server_args, dict) and isinstance(server_args.get("port"), int):
+            port = server_args["port"]
+    if port is None:
+        port = DEFAULT_WORKER_PORT
+    host = str(host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    return f"http://{host}:{port}"
+
+
+def sglang_gateway_worker_urls(hosts, hostvars):
+    """[URL] of the given nodes (groups['sglang_nodes']), in their order."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError(f"sglang_gateway_worker_urls expects a list of host names, got {type(hosts).__name__}")
+    return [worker_url(hostvars[host]) for host in hosts]
+
+
+def _load(cert_pem, key_pem):
+    # cryptography is a dependency of ansible-core: always on the controller.
+    from cryptography import x509  # pylint: disable=import-outside-toplevel
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+
+    errors = []
+    cert = key = None
+    try:
+        cert = x509.load_pem_x509_certificate(str(cert_pem).encode())
+    except ValueError:
+        errors.append("sglang_gateway_tls_cert: expected a PEM certificate (-----BEGIN CERTIFICATE-----), "
+                      "got something that does not parse as one")
+    try:
+        key = serialization.load_pem_private_key(str(key_pem).encode(), password=None)
+    except (ValueError, TypeError):
+        # The key's text is never quoted back: it is a secret.
+        errors.append("sglang_gateway_tls_key: expected an unencrypted PEM private key, got something that does not "
+                      "parse as one (its content is not shown)")
+    return cert, key, errors
+
+
+def sglang_gateway_tls_errors(cert_pem, key_pem, now=None):
+    """[message] of what is wrong with a certificate and its key; [] when the pair is usable."""
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+
+    cert, key, errors = _load(cert_pem, key_pem)
+    if cert is None or key is None:
+        return errors
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.DER
+    if cert.public_key().public_bytes(encoding, public) != key.public_key().public_bytes(encoding, public):
+        errors.append("sglang_gateway_tls_cert and sglang_gateway_tls_key: the certificate's public key is not the "
+                      f"key's (certificate {cert.subject.rfc4514_string()}, SHA-256 {fingerprint(cert)}); "
+                      "expected the private key of this certificate")
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    if cert.not_valid_after_utc < now:
+        errors.append(f"sglang_gateway_tls_cert: expired on {cert.not_valid_after_utc.isoformat()}; expected a valid certificate")
+    return errors
+
+
+def fingerprint(cert):
+    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+
+    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
+    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+
+
+def sglang_gateway_cert_fingerprint(cert_pem):
+    """SHA-256 fingerprint of a PEM certificate (the first one of a chain), as AA:BB:..."""
+    from cryptography import x509  # pylint: disable=import-outside-toplevel
+
+    try:
+        cert = x509.load_pem_x509_certificate(str(cert_pem).encode())
+    except ValueError as error:
+        raise AnsibleFilterError("sglang_gateway_cert_fingerprint: not a PEM certificate") from error
+    return fingerprint(cert)
+
+
+class FilterModule:
+    """sglang_gateway's filters."""
+
+    def filters(self):
+        return {
+            "sglang_gateway_worker_urls": sglang_gateway_worker_urls,
+            "sglang_gateway_tls_errors": sglang_gateway_tls_errors,
+            "sglang_gateway_cert_fingerprint": sglang_gateway_cert_fingerprint,
+        }

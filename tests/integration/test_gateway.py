@@ -1,0 +1,248 @@
+"""SGLang's gateway (sglang-router 0.3.2) in front of a fleet: 3 serving nodes + 1 gateway host.
+
+The fleet is the session fixture `gateway_fleet` (tests/conftest.py), made and converged once:
+every test here reads or changes it, and puts back what it changed.
+"""
+
+import json
+import re
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_run import run_playbook
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_GATEWAY_ARGS = yaml.safe_load(
+    (REPO / "inventory/testnode/group_vars/sglang_gateways.yml").read_text())["sglang_gateway_args"]
+SERVICE = "sglang-gateway.service"
+UNIT = f"/etc/systemd/system/{SERVICE}"
+
+
+def _request(fleet, path, body=None, key=None, method=None):
+    """(status, parsed JSON or text) of a request to the gateway, its certificate verified with the test CA."""
+    context = ssl.create_default_context(cafile=fleet.ca_file)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(fleet.url + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
+            text = response.read().decode()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        text, status = error.read().decode(errors="replace"), error.code
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def _generate(fleet, key):
+    return _request(fleet, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}}, key=key)
+
+
+def _workers(fleet):
+    status, body = _request(fleet, "/workers", key=fleet.api_key)
+    assert status == 200, body
+    return body["workers"]
+
+
+def _wait(predicate, timeout, what):
+    """Poll predicate() until true (bounded); returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            assert value, f"{what} not within {timeout} s"
+            return value
+        time.sleep(0.5)
+
+
+def _node_urls(fleet):
+    return sorted(f"http://{node.ip}:30000" for node in fleet.nodes)
+
+
+def _refused_before_any_change(result, variable):
+    assert result.rc != 0
+    assert result.changed == 0, result.changed_tasks()
+    failures = " ".join(result.failure_messages())
+    assert variable in failures, failures
+    return failures
+
+
+def test_first_run_converged_every_host(gateway_fleet):
+    stats = gateway_fleet.first_run.stats
+    hosts = {node.name for node in gateway_fleet.nodes} | {gateway_fleet.gateway.name}
+    assert hosts <= set(stats.get("ok", {})), stats
+    assert not stats.get("failures") and not stats.get("dark"), stats
+
+
+def test_nodes_listen_on_their_private_address_and_are_the_gateways_workers(gateway_fleet):
+    for node in gateway_fleet.nodes:
+        assert node.testinfra_host().socket(f"tcp://{node.ip}:30000").is_listening
+    def healthy_urls():
+        return sorted(w["url"] for w in _workers(gateway_fleet) if w.get("is_healthy"))
+
+    _wait(lambda: healthy_urls() == _node_urls(gateway_fleet), 60, "every node a healthy worker")
+
+
+def test_tls_with_the_key_answers_a_generate(gateway_fleet):
+    status, body = _generate(gateway_fleet, gateway_fleet.api_key)
+    assert status == 200, body
+    assert body["text"] and body["meta_info"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("key", [None, "sk-wrong-key"])
+def test_without_a_valid_key_the_gateway_answers_401(gateway_fleet, key):
+    status, _ = _generate(gateway_fleet, key)
+    assert status == 401
+
+
+def test_plain_http_to_the_tls_port_gets_no_http_answer(gateway_fleet):
+    host, port = urllib.parse.urlsplit(gateway_fleet.url).hostname, urllib.parse.urlsplit(gateway_fleet.url).port
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(b"GET /liveness HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+        sock.settimeout(5)
+        received = b""
+        try:
+            while chunk := sock.recv(4096):
+                received += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+    assert not received.startswith(b"HTTP/"), received[:200]
+    assert b"200 OK" not in received and b"alive" not in received.lower()
+
+
+def test_the_api_key_is_in_no_world_readable_place(gateway_fleet):
+    gateway, key = gateway_fleet.gateway, gateway_fleet.api_key
+    host = gateway.testinfra_host()
+    unit = host.file(UNIT)
+    assert unit.mode == 0o644 and key not in unit.content_string
+    assert "--api-key ${SGLANG_GATEWAY_API_KEY}" in unit.content_string
+    secrets = host.file("/etc/sglang-gateway/sglang-gateway.secrets.env")
+    assert (secrets.user, secrets.mode) == ("root", 0o600)
+    tls_key = host.file("/etc/sglang-gateway/tls.key")
+    assert (tls_key.user, tls_key.group, tls_key.mode) == ("sglang-gateway", "sglang-gateway", 0o600)
+    # The journal of the whole host (the gateway's log, systemd's messages, Ansible's module runs).
+    journal = gateway.ssh("journalctl --no-pager -o cat").stdout
+    assert journal and key not in journal
+    # sglang-router 0.3.2 gets the key on its command line. launch_router renames its process
+    # (setproctitle "sglang::router"), which overwrites argv once Python has started; until then the
+    # key is in /proc/PID/cmdline, and the environment holds it: other users must not see the process.
+    pid = gateway.ssh(f"systemctl show -P MainPID {SERVICE}").stdout.strip()
+    as_root = gateway.ssh("ps -eo user:32,args").stdout
+    assert re.search(r"^sglang-gateway\s+sglang::router", as_root, re.M), as_root
+    gateway.ssh("id probe >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh probe", check=True)
+    as_user = gateway.ssh(f"su -s /bin/sh probe -c 'ps -eo user:32,args; cat /proc/{pid}/cmdline /proc/{pid}/environ; true'")
+    assert "ps -eo" in as_user.stdout  # the user sees its own processes ...
+    assert "sglang-gateway" not in as_user.stdout and "sglang::router" not in as_user.stdout  # ... not the gateway
+    assert key not in as_user.stdout + as_user.stderr
+    assert "hidepid=invisible" in gateway.ssh("findmnt -n -o OPTIONS /proc").stdout
+    assert re.search(r"^proc\s+/proc\s+proc\s+\S*hidepid=invisible", host.file("/etc/fstab").content_string, re.M)
+
+
+def test_the_unit_is_hardened(gateway_fleet):
+    gateway = gateway_fleet.gateway
+    report = gateway.ssh(f"systemd-analyze security --no-pager {SERVICE}").stdout
+    score = float(re.search(rf"Overall exposure level for {re.escape(SERVICE)}: ([0-9.]+)", report).group(1))
+    print(f"systemd-analyze security {SERVICE}: {score}")
+    assert score <= 3.0, report
+    host = gateway.testinfra_host()
+    assert host.service("sglang-gateway").is_enabled
+    pid = gateway.ssh(f"systemctl show -P MainPID {SERVICE}").stdout.strip()
+    assert gateway.ssh(f"stat -c %U /proc/{pid}").stdout.strip() == "sglang-gateway"
+    assert gateway.ssh(f"systemctl show -P CapabilityBoundingSet {SERVICE}").stdout.strip() == ""
+
+
+def test_a_second_run_changes_nothing(gateway_fleet):
+    second = gateway_fleet.converge()
+    assert second.rc == 0, second.stdout[-4000:]
+    assert second.changed == 0, second.changed_tasks()
+
+
+def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet, tmp_path):
+    gateway = gateway_fleet.gateway
+    # By hand: an edited unit, and a node removed through the gateway's worker API.
+    gateway.ssh(f"sed -i 's/^RestartSec=.*/RestartSec=30/' {UNIT} && systemctl daemon-reload", check=True)
+    victim = next(w for w in _workers(gateway_fleet) if w["url"] == _node_urls(gateway_fleet)[0])
+    status, body = _request(gateway_fleet, f"/workers/{victim['id']}", key=gateway_fleet.api_key, method="DELETE")
+    assert status in (200, 202), body
+    _wait(lambda: victim["url"] not in [w["url"] for w in _workers(gateway_fleet)], 30, "the worker removed")
+
+    drift = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
+    assert drift.rc != 0
+    report = " ".join(drift.failure_messages())
+    assert f"{gateway.name} drifted" in report, report
+    assert "Write the systemd unit" in report and "workers the gateway lacks" in report, report
+    assert any(victim["url"] in m for m in drift.messages() if m.startswith("check mode: the gateway lacks"))
+    # Args changed in the inventory are drift too (the rendered unit differs).
+    changed_args = run_playbook("playbooks/drift.yml", gateway_fleet.inventory, extravars={
+        "sglang_gateway_args": {**TEST_GATEWAY_ARGS, "retry_max_retries": 2}})
+    assert changed_args.rc != 0 and f"{gateway.name} drifted" in " ".join(changed_args.failure_messages())
+
+    repair = gateway_fleet.converge()
+    assert repair.rc == 0, repair.stdout[-4000:]
+    assert any(gateway.name in t for t in repair.changed_tasks())
+    assert gateway.ssh(f"grep -c '^RestartSec=2$' {UNIT}").stdout.strip() == "1"
+    _wait(lambda: sorted(w["url"] for w in _workers(gateway_fleet)) == _node_urls(gateway_fleet), 30,
+          "the removed worker back")
+    clean = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
+    assert clean.rc == 0, clean.failure_messages()
+
+
+def _other_key(tmp_path):
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    key = tmp_path / "other.key"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(key)],
+                   check=True, capture_output=True)
+    return key.read_text()
+
+
+def test_bad_gateway_input_is_refused_before_any_change(gateway_fleet, tmp_path):
+    cases = {
+        "sglang_gateway_port": {"sglang_gateway_port": 30000},
+        "sglang_gateway_tls_key": {"sglang_gateway_tls_key": _other_key(tmp_path)},
+        "an empty key": {"sglang_gateway_api_keys": [""]},
+        "no API key": {"sglang_gateway_api_keys": []},
+        "no TLS": {"sglang_gateway_tls_cert": "", "sglang_gateway_tls_key": ""},
+    }
+    for expected, extravars in cases.items():
+        result = run_playbook("site.yml", gateway_fleet.inventory, extravars=extravars)
+        failures = _refused_before_any_change(result, expected)
+        assert "BEGIN" not in failures and "PRIVATE" not in failures
+    # No node behind the gateway: the inventory without its serving nodes.
+    inventory = yaml.safe_load(gateway_fleet.inventory.read_text())
+    inventory["all"]["children"]["sglang_nodes"]["hosts"] = {}
+    lonely = tmp_path / "gateway-only.yml"
+    lonely.write_text(yaml.safe_dump(inventory))
+    _refused_before_any_change(run_playbook("site.yml", lonely), "groups['sglang_nodes'] is empty")
+
+
+def test_allow_insecure_warns_on_every_run(gateway_fleet):
+    result = run_playbook("site.yml", gateway_fleet.inventory, check=True, tags=["sglang_gateway"], extravars={
+        "sglang_gateway_api_keys": [], "sglang_gateway_allow_insecure": True})
+    assert result.rc == 0, result.stdout[-3000:]
+    assert any(m.startswith("WARNING: sglang_gateway_allow_insecure is true") for m in result.messages())
+
+
+def test_production_doc_names_the_gateway_and_its_certificate_never_a_key(gateway_fleet):
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    cert = gateway_fleet.ca_file.replace("ca.pem", "gateway.pem")
+    fingerprint = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", cert],
+                                 check=True, capture_output=True, text=True).stdout.strip().split("=", 1)[1]
+    doc = gateway_fleet.nodes[0].ssh("cat /root/production_v2.md", check=True).stdout
+    section = doc.split("## Gateway", 1)[1].split("\n## ", 1)[0]
+    assert gateway_fleet.url in section and "round_robin" in section and fingerprint in section, section
+    assert all(f"http://{node.ip}:30000" in section for node in gateway_fleet.nodes), section
+    assert gateway_fleet.api_key not in doc and "PRIVATE KEY" not in doc

@@ -1,0 +1,116 @@
+"""roles/sglang_gateway's pure logic: worker URLs from the nodes' variables, TLS checks, argv."""
+
+import datetime
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gateway(project_module):
+    return project_module("filter_plugins/sglang_gateway.py")
+
+
+def test_worker_url_fallbacks_equal_the_sglang_role_defaults(gateway):
+    # A node's role defaults are not in hostvars: the filter's fallbacks must be those defaults.
+    defaults = yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())
+    assert gateway.DEFAULT_WORKER_HOST == defaults["sglang_worker_host"]
+    assert gateway.DEFAULT_WORKER_PORT == defaults["sglang_worker_port"]
+    assert defaults["sglang_server_args"]["host"] == "{{ sglang_worker_host }}"
+    assert defaults["sglang_server_args"]["port"] == "{{ sglang_worker_port }}"
+
+
+def test_worker_urls_follow_each_nodes_variables_in_order(gateway):
+    hostvars = {
+        "a": {},
+        "b": {"sglang_worker_host": "10.0.0.2"},
+        "c": {"sglang_worker_host": "10.0.0.3", "sglang_worker_port": 31000},
+        "d": {"sglang_worker_host": "10.0.0.4", "sglang_server_args": {"port": 32000}},
+        "e": {"sglang_worker_url": "http://node-e.internal:30000"},
+        "f": {"sglang_worker_host": "fd00::6"},
+    }
+    assert gateway.sglang_gateway_worker_urls(list("abcdef"), hostvars) == [
+        "http://127.0.0.1:30000", "http://10.0.0.2:30000", "http://10.0.0.3:31000",
+        "http://10.0.0.4:32000", "http://node-e.internal:30000", "http://[fd00::6]:30000",
+    ]
+
+
+def _pair(tmp_path, name, days=2):
+    key, cert = tmp_path / f"{name}.key", tmp_path / f"{name}.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", str(days), "-subj", f"/CN={name}"], check=True, capture_output=True)
+    return cert.read_text(), key.read_text()
+
+
+def test_a_matching_pair_has_no_errors_and_a_fingerprint_like_openssls(gateway, tmp_path):
+    cert, key = _pair(tmp_path, "gw")
+    assert gateway.sglang_gateway_tls_errors(cert, key) == []
+    openssl = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(tmp_path / "gw.pem")],
+                             check=True, capture_output=True, text=True).stdout
+    assert gateway.sglang_gateway_cert_fingerprint(cert) == openssl.strip().split("=", 1)[1]
+
+
+def test_a_key_of_another_certificate_is_refused_without_showing_it(gateway, tmp_path):
+    cert, _ = _pair(tmp_path, "gw")
+    _, other_key = _pair(tmp_path, "other")
+    errors = gateway.sglang_gateway_tls_errors(cert, other_key)
+    assert len(errors) == 1 and "is not the key's" in errors[0] and "CN=gw" in errors[0]
+    body = "".join(other_key.strip().splitlines()[1:-1])
+    assert not any(body[i:i + 16] in errors[0] for i in range(0, len(body) - 16, 16))
+
+
+def test_text_that_is_no_pem_is_refused_naming_the_variable(gateway, tmp_path):
+    cert, key = _pair(tmp_path, "gw")
+    assert "sglang_gateway_tls_cert" in gateway.sglang_gateway_tls_errors("not a cert", key)[0]
+    errors = gateway.sglang_gateway_tls_errors(cert, "secret-looking text")
+    assert "sglang_gateway_tls_key" in errors[0] and "secret-looking" not in errors[0]
+
+
+def test_an_expired_certificate_is_refused(gateway, tmp_path):
+    cert, key = _pair(tmp_path, "gw", days=1)
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=3)
+    errors = gateway.sglang_gateway_tls_errors(cert, key, now=later)
+    assert len(errors) == 1 and "expired" in errors[0]
+
+
+def test_gateway_args_render_through_the_server_args_renderer(project_module):
+    sglang_argv = project_module("filter_plugins/sglang_argv.py").sglang_argv
+    defaults = yaml.safe_load((REPO / "roles/sglang_gateway/defaults/main.yml").read_text())
+    argv = sglang_argv(defaults["sglang_gateway_args"], "sglang_gateway_args")
+    assert argv[:2] == ["--policy", "cache_aware"]
+    assert "--prometheus-host" in argv and argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    from ansible.errors import AnsibleFilterError  # pylint: disable=import-outside-toplevel
+    with pytest.raises(AnsibleFilterError, match="sglang_gateway_args: 'Bad' is not an option name"):
+        sglang_argv({"Bad": 1}, "sglang_gateway_args")
+
+
+def _testnode_util():
+    import sys  # pylint: disable=import-outside-toplevel
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from testnode_lib import util  # pylint: disable=import-outside-toplevel
+
+    return util
+
+
+def test_harness_puts_a_node_into_an_extra_group_with_host_vars():
+    util = _testnode_util()
+    nodes = [{"name": "tn-1", "ip": "10.213.0.2", "host_ip": "10.213.0.1",
+              "host_vars": {"sglang_worker_host": "10.213.0.2"}},
+             util.add_to_group({"name": "tn-2", "ip": "10.213.0.6", "host_ip": "10.213.0.5"}, "sglang_gateways",
+                               {"sglang_gateway_api_keys": ["k"], "sglang_gateway_url": "https://10.213.0.6:8443"})]
+    groups = yaml.safe_load(util.render_inventory(nodes, "/k"))["all"]["children"]
+    assert list(groups["sglang_nodes"]["hosts"]) == ["tn-1"]
+    assert groups["sglang_nodes"]["hosts"]["tn-1"]["sglang_worker_host"] == "10.213.0.2"
+    gateway = groups["sglang_gateways"]["hosts"]["tn-2"]
+    assert gateway["sglang_gateway_api_keys"] == ["k"] and gateway["ansible_host"] == "10.213.0.6"
+
+
+def test_harness_routes_peers_through_the_host():
+    text = _testnode_util().render_network_file("10.213.0.2", 30, "10.213.0.0/16", "10.213.0.1")
+    assert "[Route]\nDestination=10.213.0.0/16\nGateway=10.213.0.1\n" in text
+    assert "[Route]" not in _testnode_util().render_network_file("10.213.0.2", 30)
