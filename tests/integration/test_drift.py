@@ -66,6 +66,7 @@ def drift(node_sets):
     return types.SimpleNamespace(
         node=node,
         fresh_check=fresh_check,
+        first=first,
         fresh_check_left_no_unit=fresh_check_left_no_unit == "absent",
         paths=paths,
         baseline=baseline,
@@ -139,6 +140,11 @@ def test_check_mode_on_a_fresh_node_says_what_would_be_installed_without_failing
     # the unit it would write is shown as a diff, and check mode wrote nothing
     assert any(what == node_state.UNIT for _, what, _ in check.diffs()), [w for _, w, _ in check.diffs()]
     assert drift.fresh_check_left_no_unit
+
+
+def test_a_fresh_converge_prints_no_failure(drift):
+    """No fatal, FAILED or ...ignoring line in a successful first deploy (the scan plays included)."""
+    assert _printed_no_failure(drift.first), drift.first.failure_messages()
 
 
 def test_check_mode_on_a_converged_node_changes_nothing(drift):
