@@ -53,7 +53,7 @@ class PlaybookResult:
     def diffs(self):
         """(host, what, diff) for each diff the run showed (--diff), one per changed task or loop item
         (Ansible prints a result's diff only when it changed): `what` is the file the diff names
-        (before_header, the destination, or after_header), else the task's name."""
+        (before_header, the destination, or after_header), else the task's name and loop item."""
         shown = []
         for event in self.events:
             if event.get("event") != "runner_on_ok":
@@ -68,7 +68,9 @@ class PlaybookResult:
                 for part in diff if isinstance(diff, list) else [diff]:
                     if not part or not isinstance(part, dict) or not any(part.values()):
                         continue
-                    what = part.get("before_header") or part.get("after_header") or data.get("task")
+                    item = result.get("_ansible_item_label", result.get("item")) if items else None
+                    what = part.get("before_header") or part.get("after_header") or (
+                        data.get("task") + (f" ({item})" if item is not None else ""))
                     shown.append((data.get("host"), str(what), part))
         return shown
 

@@ -137,8 +137,10 @@ def test_check_mode_on_a_fresh_node_says_what_would_be_installed_without_failing
     said = "\n".join(check.messages())
     assert "check mode: pip would install sglang==" in said, said
     assert "the stack is verified after that install" in said, said
-    # the unit it would write is shown as a diff, and check mode wrote nothing
-    assert any(what == node_state.UNIT for _, what, _ in check.diffs()), [w for _, w, _ in check.diffs()]
+    # the unit it would write is shown as a diff (a new file's diff names the rendered template), and
+    # check mode wrote nothing
+    unit_diffs = [diff for _, what, diff in check.diffs() if what.endswith("/sglang.service.j2")]
+    assert len(unit_diffs) == 1 and "ExecStart=" in unit_diffs[0]["after"], [w for _, w, _ in check.diffs()]
     assert drift.fresh_check_left_no_unit
 
 
