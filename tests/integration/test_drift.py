@@ -169,7 +169,7 @@ def test_check_mode_on_a_drifted_node_shows_each_change_and_its_diff_once(drift)
     assert shown[node_state.ENV_FILE] == 1, shown
     assert all(count == 1 for count in shown.values()), shown
     unit_diff = next(diff for _, what, diff in check.diffs() if what == node_state.UNIT)
-    assert "RestartSec=1" in unit_diff["before"] and "RestartSec=1" not in unit_diff["after"]
+    assert "RestartSec=1" in unit_diff["before"].splitlines() and "RestartSec=1" not in unit_diff["after"].splitlines()
     # each would-be change reported once: no task shows changed twice for the same host and item
     changed = collections.Counter(check.changed_tasks())
     assert all(count == 1 for count in changed.values()), changed
