@@ -17,7 +17,6 @@ type: aggregate
 short_description: Record would-be changes of a drift scan as the host fact sglang_drift_items
 description:
   - Active only in plays whose variables set C(sglang_drift_scan=true) (templated).
-  - In such a play with ignore_errors, a failed task is recorded too (the node needs a real run).
   - Each changed task result is appended to the host's C(sglang_drift_items) fact,
     labelled with its role, task and loop item.
 requirements:
@@ -47,17 +46,11 @@ class CallbackModule(CallbackBase):
             flag = templar.template(flag)
         self._scanning = flag is True or str(flag).lower() == "true"
 
-    def v2_runner_on_failed(self, result, ignore_errors=False):
-        # In a scan (check mode, ignore_errors) a task that cannot run yet, e.g. on a first
-        # deploy, means the node needs a real run.
-        if self._scanning and ignore_errors:
-            self._record(result, "cannot be checked without changing: " + str(result._result.get("msg", ""))[:200])  # pylint: disable=protected-access
-
     def v2_runner_on_ok(self, result):
         if self._scanning and result._result.get("changed"):  # pylint: disable=protected-access
             self._record(result)
 
-    def _record(self, result, note=None):
+    def _record(self, result):
         task = result._task  # pylint: disable=protected-access
         host = result._host.get_name()  # pylint: disable=protected-access
         label = task.get_name()  # already "role : task" for role tasks
@@ -67,8 +60,6 @@ class CallbackModule(CallbackBase):
         drifted = result._result.get("drifted")  # pylint: disable=protected-access
         if drifted:
             label += f" [drifted: {', '.join(map(str, drifted))}]"
-        if note:
-            label += f" [{note}]"
         items = self._items.setdefault(host, [])
         items.append(label)
         self._variable_manager.set_nonpersistent_facts(host, {"sglang_drift_items": list(items)})

@@ -69,6 +69,16 @@ options:
         naming how many GPUs would be idle.
     type: bool
     default: false
+  variables:
+    description:
+      - The inventory variables the argv and the environment were made from, each with its keys, to name the
+        variable behind each problem; for example C(sglang_server_args) with its ServerArgs fields and
+        C(sglang_service_environment) with its variable names.
+      - A problem whose flag is C(--tp-size) is then named C(sglang_server_args.tp_size), one with
+        C(SGLANG_ENABLE_SPEC_V2=on) C(sglang_service_environment.SGLANG_ENABLE_SPEC_V2); a variable of O(environment)
+        that no entry lists (set by another role) is named by itself.
+    type: dict
+    default: {}
   timeout:
     description:
       - Seconds the check may run. Importing SGLang takes seconds to tens of seconds on a cold disk.
@@ -115,6 +125,10 @@ EXAMPLES = r"""
     environment:
       SGLANG_ENABLE_SPEC_V2: "1"
     gpu_count: 8
+    variables:
+      sglang_server_args: [model_path, speculative_algorithm, speculative_draft_model_path, speculative_num_steps,
+                           speculative_eagle_topk, speculative_num_draft_tokens, tp_size]
+      sglang_service_environment: [SGLANG_ENABLE_SPEC_V2]
   register: sglang_args
 
 - name: Insist that spec v2 is really on
@@ -161,12 +175,19 @@ adjusted:
 errors:
   description: Every problem found, each with C(stage) (C(import), C(environment), C(parse), C(post_init),
     C(check_server_args), C(value), C(gpu_count), C(probe)), C(flag) (the flag as argv gives it, or the variable)
-    and C(message). Empty on success.
+    C(message), and C(variables) (the inventory variables behind it, from O(variables); empty when none is known).
+    Empty on success.
   returned: always
   type: list
   elements: dict
-  sample: [{"stage": "parse", "flag": "--tensor-parallel-size/--tp-size",
+  sample: [{"stage": "parse", "flag": "--tensor-parallel-size/--tp-size", "variables": ["sglang_server_args.tp_size"],
             "message": "SGLang's argument parser: argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'"}]
+variables:
+  description: The inventory variables behind all problems, in order, each once (see O(variables)). Empty on success.
+  returned: always
+  type: list
+  elements: str
+  sample: ["sglang_server_args.tp_size", "sglang_service_environment.SGLANG_ENABLE_SPEC_V2"]
 sglang_warnings:
   description: Warnings SGLang logged while resolving (for example that max_running_requests was reset to 48), and
     C(SGLANG_*) variables SGLang does not declare.
@@ -196,6 +217,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import sglang_args_probe
+from ansible.module_utils.sglang_args_variables import name_variables
 
 INHERITED = ("PATH", "HOME", "LANG", "TMPDIR")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -255,6 +277,7 @@ def main():
             environment=dict(type="dict", default={}),
             gpu_count=dict(type="int"),
             allow_idle_gpus=dict(type="bool", default=False),
+            variables=dict(type="dict", default={}),
             timeout=dict(type="int", default=300),
         ),
         supports_check_mode=True,
@@ -263,7 +286,7 @@ def main():
     python = params["python"]
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         module.fail_json(msg="SGLang's Python %s does not exist or is not executable on the node" % python,
-                         resolved=None, spec_v2=False, errors=[], sglang_warnings=[], adjusted={})
+                         resolved=None, spec_v2=False, errors=[], variables=[], sglang_warnings=[], adjusted={})
 
     request = {"argv": [str(a) for a in params["argv"]], "gpu_count": params["gpu_count"],
                "allow_idle_gpus": params["allow_idle_gpus"]}
@@ -275,21 +298,23 @@ def main():
         )
     except subprocess.TimeoutExpired:
         module.fail_json(msg="the SGLang argument check did not finish within %ss (timeout)" % params["timeout"],
-                         resolved=None, spec_v2=False, errors=[], sglang_warnings=[], adjusted={})
+                         resolved=None, spec_v2=False, errors=[], variables=[], sglang_warnings=[], adjusted={})
     result = parse_result(proc.stdout)
     if result is None:
         tail = (proc.stderr or "").strip().splitlines()[-15:]
         module.fail_json(msg="the SGLang argument check printed no result (rc=%s): %s" % (proc.returncode, " | ".join(tail)),
                          rc=proc.returncode, stderr=proc.stderr, resolved=None, spec_v2=False, errors=[],
-                         sglang_warnings=[], adjusted={})
+                         variables=[], sglang_warnings=[], adjusted={})
 
     resolved = result.get("resolved")
+    errors, variables = name_variables(result.get("errors") or [], params["variables"], list(params["environment"] or {}))
     output = dict(
         changed=False,
         resolved=resolved,
         spec_v2=bool(resolved and resolved.get("spec_v2")),
         adjusted=result.get("adjusted") or {},
-        errors=result.get("errors") or [],
+        errors=errors,
+        variables=variables,
         sglang_warnings=result.get("warnings") or [],
         argv_checked=result.get("argv_checked"),
         device_added=bool(result.get("device_added")),

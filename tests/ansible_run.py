@@ -50,6 +50,30 @@ class PlaybookResult:
             if e.get("event") == "runner_on_ok" and "msg" in e["event_data"].get("res", {})
         ]
 
+    def diffs(self):
+        """(host, what, diff) for each diff the run showed (--diff), one per changed task or loop item
+        (Ansible prints a result's diff only when it changed): `what` is the file the diff names
+        (before_header, the destination, or after_header), else the task's name and loop item."""
+        shown = []
+        for event in self.events:
+            if event.get("event") != "runner_on_ok":
+                continue
+            data = event["event_data"]
+            res = data.get("res", {})
+            items = [r for r in res.get("results", []) or [] if isinstance(r, dict)]
+            for result in items or [res]:
+                if not result.get("changed"):
+                    continue
+                diff = result.get("diff")
+                for part in diff if isinstance(diff, list) else [diff]:
+                    if not part or not isinstance(part, dict) or not any(part.values()):
+                        continue
+                    item = result.get("_ansible_item_label", result.get("item")) if items else None
+                    what = part.get("before_header") or part.get("after_header") or (
+                        data.get("task") + (f" ({item})" if item is not None else ""))
+                    shown.append((data.get("host"), str(what), part))
+        return shown
+
     def failure_messages(self):
         """The msg of every failed task, and of each failed item of a failed loop."""
         messages = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -72,11 +73,13 @@ def project_module():
     def load(relative_path, as_name=None):
         if relative_path not in loaded:
             path = REPO / relative_path
-            spec = importlib.util.spec_from_file_location(as_name or path.stem, path)
+            # A source loader also takes scripts without a .py suffix (scripts/build-wheelhouse).
+            loader = importlib.machinery.SourceFileLoader(as_name or path.stem.replace("-", "_"), str(path))
+            spec = importlib.util.spec_from_loader(loader.name, loader)
             module = importlib.util.module_from_spec(spec)
             if as_name:
                 sys.modules[as_name] = module
-            spec.loader.exec_module(module)
+            loader.exec_module(module)
             loaded[relative_path] = module
         return loaded[relative_path]
 

@@ -1,6 +1,7 @@
 """Drift: each kind of hand-made drift on a converged node is repaired by ONE run of site.yml,
 after which the next run reports zero changes; playbooks/drift.yml finds drift without
-changing anything.
+changing anything; `site.yml --check --diff` says what a run would do on a fresh node, nothing
+on a converged one, and each would-be change on a drifted one with its diff shown once.
 
 A converged node of this file alone (conftest's converged_node, restored from the worker's
 converged snapshot), converged again with nccl_tuning_delivery: sitecustomize (every run
@@ -12,7 +13,9 @@ as) equals the one taken right after the first converge, and /health answers 200
 
 from __future__ import annotations
 
+import collections
 import json
+import re
 import shlex
 import types
 
@@ -28,12 +31,30 @@ def _site(drift, **kwargs):
     return run_playbook("site.yml", drift.node.inventory, extravars=EXTRA, **kwargs)
 
 
+def _check_diff(node):
+    return run_playbook("site.yml", node.inventory, extravars=EXTRA, check=True, diff=True)
+
+
+def _printed_no_failure(result):
+    """What an operator reads as a failure: a failed or ignored task, or its line in the output."""
+    return (
+        not [e for e in result.events if e.get("event") == "runner_on_failed"]
+        and result.count("ignored") == 0
+        and not re.search(r"fatal|FAILED|\.\.\.ignoring", result.stdout)
+    )
+
+
 def _scan(drift):
     return run_playbook("playbooks/drift.yml", drift.node.inventory, extravars=EXTRA)
 
 
 @pytest.fixture(scope="module")
-def drift(converged_node):
+def drift(converged_node, node_sets):
+    # The operator's dry run on a fresh node, before anything was installed (test_check_mode_*):
+    # a bare node of its own, since this file's converged node comes from the snapshot.
+    fresh = node_sets("drift-fresh").nodes()[0]
+    fresh_check = _check_diff(fresh)
+    fresh_check_left_no_unit = node_state.ssh(fresh, f"test -e {node_state.UNIT} && echo present || echo absent").strip()
     node = converged_node.node
     first = run_playbook("site.yml", node.inventory, extravars=EXTRA)
     assert first.rc == 0, first.stdout[-6000:]
@@ -47,6 +68,10 @@ def drift(converged_node):
     assert baseline["process_runs_as"] == ["sglang", "sglang"]
     return types.SimpleNamespace(
         node=node,
+        fresh_check=fresh_check,
+        first=first,
+        fresh_converge=converged_node.first_run,  # the worker's first converge of a fresh node
+        fresh_check_left_no_unit=fresh_check_left_no_unit == "absent",
         paths=paths,
         baseline=baseline,
         sitecustomize=sitecustomize[0],
@@ -105,6 +130,57 @@ def test_drift_scan_passes_on_a_converged_node(drift):
     scan = _scan(drift)
     assert scan.rc == 0, node_state.failure_messages(scan) or scan.stdout[-4000:]
     assert scan.changed == 0, scan.changed_tasks()
+    assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
+
+
+def test_check_mode_on_a_fresh_node_says_what_would_be_installed_without_failing(drift):
+    check = drift.fresh_check
+    assert check.rc == 0, check.failure_messages() or check.stdout[-4000:]
+    assert _printed_no_failure(check), check.failure_messages() or check.stdout[-4000:]
+    assert check.changed > 0  # a fresh node has everything to do
+    said = "\n".join(check.messages())
+    assert "check mode: pip would install sglang==" in said, said
+    assert "the stack is verified after that install" in said, said
+    # the unit it would write is shown as a diff (a new file's diff names the rendered template), and
+    # check mode wrote nothing
+    unit_diffs = [diff for _, what, diff in check.diffs() if what.endswith("/sglang.service.j2")]
+    assert len(unit_diffs) == 1 and "ExecStart=" in unit_diffs[0]["after"], [w for _, w, _ in check.diffs()]
+    assert drift.fresh_check_left_no_unit
+
+
+def test_a_fresh_converge_prints_no_failure(drift):
+    """No fatal, FAILED or ...ignoring line in a successful first deploy (the scan plays included)."""
+    assert _printed_no_failure(drift.fresh_converge), drift.fresh_converge.failure_messages()
+
+
+def test_check_mode_on_a_converged_node_changes_nothing(drift):
+    check = _check_diff(drift.node)
+    assert check.rc == 0, check.failure_messages() or check.stdout[-4000:]
+    assert check.changed == 0, check.changed_tasks()
+    assert _printed_no_failure(check)
+    assert not check.diffs(), [what for _, what, _ in check.diffs()]
+
+
+def test_check_mode_on_a_drifted_node_shows_each_change_and_its_diff_once(drift):
+    node_state.ssh(drift.node, DRIFTS["unit-edited"](drift) + " && " + DRIFTS["env-file-edited"](drift))
+    drifted = node_state.fingerprint(drift.node, drift.paths)
+
+    check = _check_diff(drift.node)
+    assert check.rc == 0, check.failure_messages() or check.stdout[-4000:]
+    assert _printed_no_failure(check)
+    shown = collections.Counter(what for _, what, _ in check.diffs())
+    assert shown[node_state.UNIT] == 1, shown
+    assert shown[node_state.ENV_FILE] == 1, shown
+    assert all(count == 1 for count in shown.values()), shown
+    unit_diff = next(diff for _, what, diff in check.diffs() if what == node_state.UNIT)
+    assert "RestartSec=1" in unit_diff["before"].splitlines() and "RestartSec=1" not in unit_diff["after"].splitlines()
+    # each would-be change reported once: no task shows changed twice for the same host and item
+    changed = collections.Counter(check.changed_tasks())
+    assert all(count == 1 for count in changed.values()), changed
+    assert node_state.fingerprint(drift.node, drift.paths) == drifted  # check mode changed nothing
+
+    repair = _site(drift)
+    assert repair.rc == 0, node_state.failure_messages(repair)
     assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
 
 

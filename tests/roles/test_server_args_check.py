@@ -9,9 +9,7 @@ once and reused while the wheelhouse is unchanged. Model folders: tests/fixtures
 tests/unit/test_sglang_args_probe.py.
 """
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,18 +20,13 @@ TARGET = REPO / "tests" / "fixtures" / "testnode-model" / "target"
 DRAFT = REPO / "tests" / "fixtures" / "testnode-model" / "draft"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The module imports its probe as ansible.module_utils.sglang_args_probe (ansible.cfg's module_utils
-# path at run time); make that name resolve to the repository's file here.
-probe = _load("ansible.module_utils.sglang_args_probe", REPO / "module_utils" / "sglang_args_probe.py")
-sys.modules["ansible.module_utils.sglang_args_probe"] = probe
-check_module = _load("sglang_server_args_check_under_test", REPO / "library" / "sglang_server_args_check.py")
+@pytest.fixture(scope="module")
+def check_module(project_module):
+    # The module imports its probe and helpers as ansible.module_utils.* (ansible.cfg's module_utils
+    # path at run time); make those names resolve to the repository's files here.
+    project_module("module_utils/sglang_args_probe.py", as_name="ansible.module_utils.sglang_args_probe")
+    project_module("module_utils/sglang_args_variables.py", as_name="ansible.module_utils.sglang_args_variables")
+    return project_module("library/sglang_server_args_check.py")
 
 
 # --------------------------------------------------------------------------- running the module
@@ -63,12 +56,15 @@ def with_flag(argv, flag, value):
     return argv
 
 
-def run_check(capsys, python, argv, environment=None, gpu_count=None, check_mode=False, allow_idle_gpus=None):
+def run_check(check_module, capsys, python, argv, environment=None, gpu_count=None, check_mode=False,
+              allow_idle_gpus=None, variables=None):
     args = {"python": python, "argv": argv, "environment": environment or {}, "_ansible_check_mode": check_mode}
     if allow_idle_gpus is not None:
         args["allow_idle_gpus"] = allow_idle_gpus
     if gpu_count is not None:
         args["gpu_count"] = gpu_count
+    if variables is not None:
+        args["variables"] = variables
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exit_info:
             check_module.main()
@@ -83,8 +79,8 @@ def flags_of(result, stage=None):
 
 # --------------------------------------------------------------------------- accepted
 
-def test_canonical_argv_with_spec_v2_is_accepted_in_check_mode(capsys, parser_python):
-    result = run_check(capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=8, check_mode=True)
+def test_canonical_argv_with_spec_v2_is_accepted_in_check_mode(check_module, capsys, parser_python):
+    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=8, check_mode=True)
     assert result["_rc"] == 0 and not result.get("failed"), result.get("msg")
     assert result["changed"] is False
     resolved = result["resolved"]
@@ -108,28 +104,28 @@ def test_canonical_argv_with_spec_v2_is_accepted_in_check_mode(capsys, parser_py
     assert result["errors"] == []
 
 
-def test_spec_v2_off_accepts_topk_4_and_sglang_adjusts_draft_tokens(capsys, parser_python):
+def test_spec_v2_off_accepts_topk_4_and_sglang_adjusts_draft_tokens(check_module, capsys, parser_python):
     """Without spec v2 SGLang takes topk 4; with topk 1 it resets num-draft-tokens to steps + 1."""
     argv = with_flag(with_flag(CANONICAL, "--speculative-eagle-topk", "4"), "--speculative-num-draft-tokens", "8")
-    result = run_check(capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "false"}, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "false"}, gpu_count=8)
     assert result["_rc"] == 0, result.get("msg")
     assert result["spec_v2"] is False and result["resolved"]["disable_overlap_schedule"] is True
     assert result["resolved"]["speculative_eagle_topk"] == 4
     assert result["resolved"]["speculative_num_draft_tokens"] == 8
 
     argv = with_flag(CANONICAL, "--speculative-num-draft-tokens", "8")
-    result = run_check(capsys, parser_python, argv, SPEC_V2)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2)
     assert result["_rc"] == 0, result.get("msg")
     assert result["adjusted"]["speculative_num_draft_tokens"] == {"parsed": 8, "resolved": 4}
 
 
 # --------------------------------------------------------------------------- refused
 
-def test_parse_errors_are_all_listed_each_naming_its_flag(capsys, parser_python):
+def test_parse_errors_are_all_listed_each_naming_its_flag(check_module, capsys, parser_python):
     """argparse stops at the first bad value; the check lists unknown flags, bad types and choices together."""
     argv = with_flag(with_flag(CANONICAL, "--tp-size", "eight"), "--speculative-algorithm", "EAGLE9")
     argv += ["--speculative-eagle-top-k", "1"]
-    result = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
     assert result["_rc"] == 1 and result["failed"] is True
     assert sorted(flags_of(result, "parse")) == ["--speculative-algorithm EAGLE9", "--speculative-eagle-top-k 1",
                                                  "--tp-size eight"]
@@ -140,9 +136,9 @@ def test_parse_errors_are_all_listed_each_naming_its_flag(capsys, parser_python)
     assert result["resolved"] is None
 
 
-def test_topk_above_1_with_spec_v2_is_refused_with_sglangs_own_message(capsys, parser_python):
+def test_topk_above_1_with_spec_v2_is_refused_with_sglangs_own_message(check_module, capsys, parser_python):
     argv = with_flag(CANONICAL, "--speculative-eagle-topk", "4")
-    result = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "post_init"
@@ -152,8 +148,8 @@ def test_topk_above_1_with_spec_v2_is_refused_with_sglangs_own_message(capsys, p
     assert "--speculative-eagle-topk 4" in result["msg"]
 
 
-def test_spec_v2_spelling_sglang_would_silently_ignore_is_refused(capsys, parser_python):
-    result = run_check(capsys, parser_python, CANONICAL, {"SGLANG_ENABLE_SPEC_V2": "on"}, gpu_count=8)
+def test_spec_v2_spelling_sglang_would_silently_ignore_is_refused(check_module, capsys, parser_python):
+    result = run_check(check_module, capsys, parser_python, CANONICAL, {"SGLANG_ENABLE_SPEC_V2": "on"}, gpu_count=8)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "environment" and error["flag"] == "SGLANG_ENABLE_SPEC_V2=on"
@@ -165,41 +161,57 @@ def test_spec_v2_spelling_sglang_would_silently_ignore_is_refused(capsys, parser
     assert any("Invalid value for SGLANG_ENABLE_SPEC_V2" in w for w in result["sglang_warnings"])
 
 
-def test_tp_8_on_a_node_with_7_gpus_is_refused(capsys, parser_python):
-    result = run_check(capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=7)
+def test_tp_8_on_a_node_with_7_gpus_is_refused(check_module, capsys, parser_python):
+    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=7)
     assert result["_rc"] == 1
     (error,) = result["errors"]
-    assert error == {"stage": "gpu_count", "flag": "--tp-size 8",
+    assert error == {"stage": "gpu_count", "flag": "--tp-size 8", "variables": [],
                      "message": "tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)"}
     assert result["resolved"]["tp_size"] == 8  # SGLang itself resolved it fine
 
 
-def test_tp_4_on_a_node_with_8_gpus_is_refused_naming_the_idle_gpus_unless_allowed(capsys, parser_python):
+def test_each_refusal_names_the_inventory_variable_behind_it(check_module, capsys, parser_python):
+    """The module itself names sglang_server_args.FIELD / sglang_service_environment.NAME (no mapping in the role)."""
+    argv = with_flag(with_flag(CANONICAL, "--tp-size", "eight"), "--speculative-eagle-topk", "4")
+    variables = {"sglang_server_args": ["model_path", "tp_size", "speculative_eagle_topk", "port"],
+                 "sglang_service_environment": ["SGLANG_ENABLE_SPEC_V2"]}
+    result = run_check(check_module, capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "on", "NCCL_PROTO": "LL"},
+                       gpu_count=8, variables=variables)
+    assert result["_rc"] == 1
+    named = {error["flag"]: error["variables"] for error in result["errors"]}
+    assert named["--tp-size eight"] == ["sglang_server_args.tp_size"]
+    assert named["SGLANG_ENABLE_SPEC_V2=on"] == ["sglang_service_environment.SGLANG_ENABLE_SPEC_V2"]
+    assert {"sglang_server_args.tp_size", "sglang_service_environment.SGLANG_ENABLE_SPEC_V2"} <= set(result["variables"])
+    assert len(result["variables"]) == len(set(result["variables"]))  # each once
+    assert "NCCL_PROTO" not in result["variables"]  # accepted: not named
+
+
+def test_tp_4_on_a_node_with_8_gpus_is_refused_naming_the_idle_gpus_unless_allowed(check_module, capsys, parser_python):
     argv = with_flag(CANONICAL, "--tp-size", "4")
-    refused = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    refused = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
     assert refused["_rc"] == 1
     (error,) = refused["errors"]
-    assert error == {"stage": "gpu_count", "flag": "--tp-size 4",
+    assert error == {"stage": "gpu_count", "flag": "--tp-size 4", "variables": [],
                      "message": "tp_size 4 = 4 GPU(s) per node, so 4 of the node's 8 GPU(s) would sit idle; "
                                 "set sglang_allow_idle_gpus: true to deploy it anyway"}
 
-    allowed = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8, allow_idle_gpus=True)
+    allowed = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8, allow_idle_gpus=True)
     assert allowed["_rc"] == 0 and not allowed["errors"], allowed.get("msg")
 
 
-def test_mem_fraction_static_outside_0_1_is_refused_by_our_own_check(capsys, parser_python):
+def test_mem_fraction_static_outside_0_1_is_refused_by_our_own_check(check_module, capsys, parser_python):
     """SGLang 0.5.9 resolves --mem-fraction-static 1.5 without a word: only the extra check catches it."""
     argv = with_flag(CANONICAL, "--mem-fraction-static", "1.5")
-    result = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "value" and error["flag"] == "--mem-fraction-static 1.5"
     assert result["resolved"]["mem_fraction_static"] == 1.5
 
 
-def test_missing_model_folder_is_refused_before_transformers_looks_online(capsys, parser_python, tmp_path):
+def test_missing_model_folder_is_refused_before_transformers_looks_online(check_module, capsys, parser_python, tmp_path):
     argv = with_flag(CANONICAL, "--speculative-draft-model-path", str(tmp_path / "no-such-draft"))
-    result = run_check(capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "value"

@@ -6,7 +6,6 @@ localhost against the nvidia-smi test double. The parsers and the expectation ch
 tested in tests/unit/test_stack_facts_parse.py.
 """
 
-import importlib.util
 import json
 import os
 import sys
@@ -22,18 +21,16 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "stack"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # The module imports its parser as ansible.module_utils.stack_facts_parse (ansible.cfg's module_utils
 # path at run time); make that name resolve to the repository's file here.
-parse = _load("ansible.module_utils.stack_facts_parse", REPO / "module_utils" / "stack_facts_parse.py")
-sys.modules["ansible.module_utils.stack_facts_parse"] = parse
-facts_module = _load("sglang_stack_facts_under_test", REPO / "library" / "sglang_stack_facts.py")
+@pytest.fixture(scope="module")
+def parse(project_module):
+    return project_module("module_utils/stack_facts_parse.py", as_name="ansible.module_utils.stack_facts_parse")
+
+
+@pytest.fixture(scope="module")
+def facts_module(project_module, parse):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/sglang_stack_facts.py")
 
 
 # --------------------------------------------------------------------------- the module's main(), on the CPU stack
@@ -55,7 +52,7 @@ def fake_tools(tmp_path):
     return nvidia_smi, nvcc
 
 
-def run_facts(capsys, **args):
+def run_facts(facts_module, capsys, **args):
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exit_info:
             facts_module.main()
@@ -64,9 +61,9 @@ def run_facts(capsys, **args):
     return result
 
 
-def test_module_reads_the_cpu_test_stack_and_reuses_it(capsys, fake_tools, parser_python):
+def test_module_reads_the_cpu_test_stack_and_reuses_it(facts_module, capsys, fake_tools, parser_python):
     nvidia_smi, nvcc = fake_tools
-    result = run_facts(capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, _ansible_check_mode=True)
+    result = run_facts(facts_module, capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, _ansible_check_mode=True)
     assert result["changed"] is False and result["reused"] is False
     stack = result["ansible_facts"]["sglang_stack"]
     assert stack["driver"] == {"nvidia_smi": nvidia_smi, "source": "nvidia-smi", "driver_version": "580.159.04",
@@ -80,12 +77,12 @@ def test_module_reads_the_cpu_test_stack_and_reuses_it(capsys, fake_tools, parse
     assert stack["nccl"]["version"] is None and "nccl" in stack["errors"]  # CPU torch has no NCCL
 
     # Gathered once per run: the same Python, unchanged, is not probed again...
-    again = run_facts(capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stack)
+    again = run_facts(facts_module, capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stack)
     assert again["reused"] is True
     assert again["ansible_facts"]["sglang_stack"] == stack
     # ...but a changed fingerprint (an install since) is.
     stale = dict(stack, fingerprint="0" * 64, torch=dict(stack["torch"], version="stale"))
-    fresh = run_facts(capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stale)
+    fresh = run_facts(facts_module, capsys, python=parser_python, nvidia_smi=nvidia_smi, nvcc=nvcc, cache=stale)
     assert fresh["reused"] is False and fresh["ansible_facts"]["sglang_stack"]["torch"]["version"] == "2.13.0+cpu"
 
 

@@ -1,9 +1,7 @@
 """The gpu_topology module's main(), with run_command mocked to answer from recorded captures."""
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +17,16 @@ DRIVER_DOWN = (
 )
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # The module imports its parser as ansible.module_utils.gpu_topology_parse (ansible.cfg's
 # module_utils path at run time); make that name resolve to the repository's file here.
-parse = _load("ansible.module_utils.gpu_topology_parse", REPO / "module_utils" / "gpu_topology_parse.py")
-sys.modules["ansible.module_utils.gpu_topology_parse"] = parse
-gpu_topology = _load("gpu_topology_module_under_test", REPO / "library" / "gpu_topology.py")
+@pytest.fixture(scope="module")
+def parse(project_module):
+    return project_module("module_utils/gpu_topology_parse.py", as_name="ansible.module_utils.gpu_topology_parse")
+
+
+@pytest.fixture(scope="module")
+def gpu_topology(project_module, parse):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/gpu_topology.py")
 
 
 class FakeNvidiaSmi:
@@ -55,7 +51,7 @@ class FakeNvidiaSmi:
         return 0, rows, ""
 
 
-def run_main(monkeypatch, capsys, args, fake):
+def run_main(gpu_topology, monkeypatch, capsys, args, fake):
     def run_command(module, args, **kwargs):
         return fake(module, args, **kwargs)
 
@@ -74,9 +70,9 @@ def fixture_nvidia_smi():
     return str(DOUBLE_BIN / "nvidia-smi-rtx-pro-6000-8x")
 
 
-def test_canonical_node_facts(monkeypatch, capsys, nvidia_smi):
+def test_canonical_node_facts(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi("rtx-pro-6000-8x")
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["exit_code"] == 0
     assert result["changed"] is False
     assert result["nvidia_smi"] == nvidia_smi
@@ -90,9 +86,9 @@ def test_canonical_node_facts(monkeypatch, capsys, nvidia_smi):
     assert facts["gpus"][7]["numa_node"] == 1
 
 
-def test_runs_nvidia_smi_read_only_with_c_locale(monkeypatch, capsys, nvidia_smi):
+def test_runs_nvidia_smi_read_only_with_c_locale(parse, gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi("rtx-pro-6000-8x")
-    run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert [args[1:] for args, _kwargs in fake.calls] == [
         ["--query-gpu=" + ",".join(parse.QUERY_FIELD_NAMES), "--format=csv,noheader,nounits"],
         ["topo", "-m"],
@@ -101,10 +97,10 @@ def test_runs_nvidia_smi_read_only_with_c_locale(monkeypatch, capsys, nvidia_smi
     assert all(kwargs.get("environ_update", {}).get("LC_ALL") == "C" for _args, kwargs in fake.calls)
 
 
-def test_check_mode_returns_the_same_facts(monkeypatch, capsys, nvidia_smi):
-    normal = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, FakeNvidiaSmi("h200-2x-nvlink"))
+def test_check_mode_returns_the_same_facts(gpu_topology, monkeypatch, capsys, nvidia_smi):
+    normal = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, FakeNvidiaSmi("h200-2x-nvlink"))
     checked = run_main(
-        monkeypatch, capsys, {"nvidia_smi": nvidia_smi, "_ansible_check_mode": True}, FakeNvidiaSmi("h200-2x-nvlink")
+        gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi, "_ansible_check_mode": True}, FakeNvidiaSmi("h200-2x-nvlink")
     )
     assert checked["exit_code"] == 0
     assert checked["changed"] is False
@@ -112,7 +108,7 @@ def test_check_mode_returns_the_same_facts(monkeypatch, capsys, nvidia_smi):
     assert checked["ansible_facts"]["gpu_topology"]["interconnect"] == "nvlink"
 
 
-def test_found_on_path_when_not_given(monkeypatch, capsys):
+def test_found_on_path_when_not_given(gpu_topology, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(REPO / "tests" / "unit" / "no-such-dir"))
     found = "/opt/nvidia/bin/nvidia-smi"
     seen = {}
@@ -122,17 +118,17 @@ def test_found_on_path_when_not_given(monkeypatch, capsys):
         return found
 
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", fake_get_bin_path)
-    result = run_main(monkeypatch, capsys, {}, FakeNvidiaSmi("rtx-pro-6000-8x"))
+    result = run_main(gpu_topology, monkeypatch, capsys, {}, FakeNvidiaSmi("rtx-pro-6000-8x"))
     assert result["exit_code"] == 0
     assert result["nvidia_smi"] == found
     assert seen["name"] == "nvidia-smi"
     assert "/usr/local/nvidia/bin" in seen["opt_dirs"]
 
 
-def test_missing_on_path_fails_clearly(monkeypatch, capsys):
+def test_missing_on_path_fails_clearly(gpu_topology, monkeypatch, capsys):
     monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda module, name, required=False, opt_dirs=None: None)
     fake = FakeNvidiaSmi("rtx-pro-6000-8x")
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": ""}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": ""}, fake)
     assert result["exit_code"] == 1
     assert result["failed"] is True
     assert "nvidia-smi not found on PATH" in result["msg"]
@@ -140,26 +136,26 @@ def test_missing_on_path_fails_clearly(monkeypatch, capsys):
     assert fake.calls == []
 
 
-def test_missing_executable_fails_clearly(monkeypatch, capsys, tmp_path):
+def test_missing_executable_fails_clearly(gpu_topology, monkeypatch, capsys, tmp_path):
     fake = FakeNvidiaSmi("rtx-pro-6000-8x")
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": str(tmp_path / "nvidia-smi")}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": str(tmp_path / "nvidia-smi")}, fake)
     assert result["failed"] is True
     assert result["msg"] == "nvidia_smi=%s: no such file; is the NVIDIA driver installed?" % (tmp_path / "nvidia-smi")
     assert fake.calls == []
 
 
-def test_not_executable_fails_clearly(monkeypatch, capsys, tmp_path):
+def test_not_executable_fails_clearly(gpu_topology, monkeypatch, capsys, tmp_path):
     plain = tmp_path / "nvidia-smi"
     plain.write_text("not a program\n", encoding="utf-8")
     plain.chmod(0o644)
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": str(plain)}, FakeNvidiaSmi("rtx-pro-6000-8x"))
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": str(plain)}, FakeNvidiaSmi("rtx-pro-6000-8x"))
     assert result["failed"] is True
     assert "not an executable file" in result["msg"]
 
 
-def test_driver_not_answering_fails_clearly(monkeypatch, capsys, nvidia_smi):
+def test_driver_not_answering_fails_clearly(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi(answers={"query": (9, DRIVER_DOWN, "")})
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["exit_code"] == 1
     assert result["failed"] is True
     assert result["rc"] == 9
@@ -168,37 +164,37 @@ def test_driver_not_answering_fails_clearly(monkeypatch, capsys, nvidia_smi):
     assert len(fake.calls) == 1  # stops at the first failure
 
 
-def test_topo_failure_fails_clearly(monkeypatch, capsys, nvidia_smi):
+def test_topo_failure_fails_clearly(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi(
         "rtx-pro-6000-8x",
         answers={"topo": (15, "", "Unable to determine the device handle for GPU 0000:85:00.0: GPU is lost.")},
     )
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["failed"] is True
     assert "topo -m exited 15 (a GPU has fallen off the bus" in result["msg"]
     assert "GPU is lost" in result["msg"]
 
 
-def test_driver_too_old_for_a_field_fails_clearly(monkeypatch, capsys, nvidia_smi):
+def test_driver_too_old_for_a_field_fails_clearly(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi(answers={"query": (2, 'Field "compute_cap" is not a valid field to query.\n\n', "")})
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["failed"] is True
     assert "exited 2 (an invalid argument or field (a driver too old for a queried field?))" in result["msg"]
     assert 'Field "compute_cap" is not a valid field to query.' in result["msg"]
 
 
-def test_no_devices_is_zero_gpus_not_a_failure(monkeypatch, capsys, nvidia_smi):
+def test_no_devices_is_zero_gpus_not_a_failure(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi(answers={"query": (6, "No devices were found\n", "")})
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["exit_code"] == 0
     facts = result["ansible_facts"]["gpu_topology"]
     assert (facts["gpu_count"], facts["gpus"], facts["links"], facts["interconnect"]) == (0, [], [], "none")
     assert len(fake.calls) == 1  # no topo -m without GPUs
 
 
-def test_unreadable_output_fails_with_what_was_printed(monkeypatch, capsys, nvidia_smi):
+def test_unreadable_output_fails_with_what_was_printed(gpu_topology, monkeypatch, capsys, nvidia_smi):
     fake = FakeNvidiaSmi("rtx-pro-6000-8x", answers={"topo": (0, "something else entirely\n", "")})
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["failed"] is True
     assert result["msg"].startswith("cannot read the output of %s: no topology matrix" % nvidia_smi)
     assert result["topo_m"] == "something else entirely\n"
@@ -216,26 +212,26 @@ TOPO_SHAPES = {
 
 
 @pytest.mark.parametrize("shape", sorted(TOPO_SHAPES))
-def test_every_shape_of_topo_m_gives_the_same_facts(monkeypatch, capsys, nvidia_smi, shape):
+def test_every_shape_of_topo_m_gives_the_same_facts(gpu_topology, monkeypatch, capsys, nvidia_smi, shape):
     assert TOPO_SHAPES[shape] != CANONICAL_TOPO
-    clean = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, FakeNvidiaSmi("rtx-pro-6000-8x"))
+    clean = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, FakeNvidiaSmi("rtx-pro-6000-8x"))
     fake = FakeNvidiaSmi("rtx-pro-6000-8x", answers={"topo": (0, TOPO_SHAPES[shape], "")})
-    shaped = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    shaped = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert shaped["exit_code"] == 0
     assert shaped["ansible_facts"] == clean["ansible_facts"]
 
 
-def test_matrix_missing_a_row_fails_quoting_the_header(monkeypatch, capsys, nvidia_smi):
+def test_matrix_missing_a_row_fails_quoting_the_header(gpu_topology, monkeypatch, capsys, nvidia_smi):
     without_gpu7 = re.sub(r"^GPU7\t.*\n", "", CANONICAL_TOPO, flags=re.M)
     fake = FakeNvidiaSmi("rtx-pro-6000-8x", answers={"topo": (0, without_gpu7, "")})
-    result = run_main(monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
+    result = run_main(gpu_topology, monkeypatch, capsys, {"nvidia_smi": nvidia_smi}, fake)
     assert result["failed"] is True
     assert "rows and columns differ: no row for GPU7" in result["msg"]
     assert "GPU6\\tGPU7\\tCPU Affinity\\tNUMA Affinity\\tGPU NUMA ID" in result["msg"]
     assert result["topo_m"] == without_gpu7
 
 
-def test_documentation_is_complete():
+def test_documentation_is_complete(parse, gpu_topology):
     import yaml  # pylint: disable=import-outside-toplevel
 
     doc = yaml.safe_load(gpu_topology.DOCUMENTATION)

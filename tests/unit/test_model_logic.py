@@ -5,8 +5,6 @@ tests/double/make_test_models.py (tests/fixtures/models/)."""
 
 import copy
 import hashlib
-import importlib.machinery
-import importlib.util
 import io
 import json
 import sys
@@ -18,19 +16,21 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 
 
-def _load(name, path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def manifest(project_module):
+    # The module imports these as ansible.module_utils.* (ansible.cfg's module_utils path at run time).
+    return project_module("module_utils/model_manifest.py", as_name="ansible.module_utils.model_manifest")
 
 
-manifest = _load("ansible.module_utils.model_manifest", REPO / "module_utils" / "model_manifest.py")
-sys.modules["ansible.module_utils.model_manifest"] = manifest
-checks = _load("ansible.module_utils.model_checks", REPO / "module_utils" / "model_checks.py")
-sys.modules["ansible.module_utils.model_checks"] = checks
-checks_module = _load("sglang_model_checks_under_test", REPO / "library" / "sglang_model_checks.py")
+@pytest.fixture(scope="module")
+def checks(project_module):
+    return project_module("module_utils/model_checks.py", as_name="ansible.module_utils.model_checks")
+
+
+@pytest.fixture(scope="module")
+def checks_module(project_module, manifest, checks):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/sglang_model_checks.py")
+
 
 TARGET = json.loads((FIXTURES / "target-config.json").read_text())
 DRAFT = json.loads((FIXTURES / "draft-config.json").read_text())
@@ -40,7 +40,7 @@ SHA_B = "b" * 64
 
 # --------------------------------------------------------------------------- manifest
 
-def test_manifest_is_normalised_sorted_and_lower_cased():
+def test_manifest_is_normalised_sorted_and_lower_cased(manifest):
     entries = [{"path": "b.safetensors", "size": "10", "sha256": SHA_A.upper()},
                {"path": "a/config.json", "size": 3, "sha256": SHA_B}]
     assert manifest.normalise_manifest(entries) == [
@@ -58,20 +58,20 @@ def test_manifest_is_normalised_sorted_and_lower_cased():
     ({"path": "x", "size": 1, "sha256": "abc"}, "sha256 'abc' is not 64 hex digits"),
     ({"path": "x", "size": 1}, "must have exactly path, size and sha256"),
 ])
-def test_manifest_refuses_bad_entries_naming_the_variable(entry, message):
+def test_manifest_refuses_bad_entries_naming_the_variable(manifest, entry, message):
     with pytest.raises(manifest.ManifestError) as error:
         manifest.normalise_manifest([entry], "sglang_models_target_manifest")
     assert message in str(error.value) and "sglang_models_target_manifest entry 1" in str(error.value)
 
 
-def test_manifest_refuses_a_path_listed_twice_and_an_empty_list():
+def test_manifest_refuses_a_path_listed_twice_and_an_empty_list(manifest):
     with pytest.raises(manifest.ManifestError, match="listed twice"):
         manifest.normalise_manifest([{"path": "x", "size": 1, "sha256": SHA_A}] * 2)
     with pytest.raises(manifest.ManifestError, match="non-empty list"):
         manifest.normalise_manifest([])
 
 
-def test_digest_is_sha256sum_lines_and_changes_with_any_field():
+def test_digest_is_sha256sum_lines_and_changes_with_any_field(manifest):
     entries = manifest.normalise_manifest([{"path": "x", "size": 1, "sha256": SHA_A}])
     expected = hashlib.sha256(("%s  1  x\n" % SHA_A).encode()).hexdigest()
     assert manifest.manifest_digest(entries) == expected
@@ -85,29 +85,29 @@ ENTRY = {"path": "model.safetensors", "size": 100, "sha256": SHA_A}
 
 
 @pytest.mark.parametrize("observed, recorded, full, verdict", [
-    ({"size": 100, "mtime_ns": 7}, 7, False, manifest.OK),      # a no-op run: stat only
-    ({"size": 100, "mtime_ns": 7}, 7, True, manifest.HASH),     # sglang_models_verify: full
-    ({"size": 100, "mtime_ns": 8}, 7, False, manifest.HASH),    # touched: only the hash can tell
-    ({"size": 100, "mtime_ns": 7}, None, False, manifest.HASH), # never recorded (adopted folder)
-    ({"size": 99, "mtime_ns": 7}, 7, False, manifest.WRONG_SIZE),
-    (None, 7, False, manifest.MISSING),
+    ({"size": 100, "mtime_ns": 7}, 7, False, "OK"),      # a no-op run: stat only
+    ({"size": 100, "mtime_ns": 7}, 7, True, "HASH"),     # sglang_models_verify: full
+    ({"size": 100, "mtime_ns": 8}, 7, False, "HASH"),    # touched: only the hash can tell
+    ({"size": 100, "mtime_ns": 7}, None, False, "HASH"), # never recorded (adopted folder)
+    ({"size": 99, "mtime_ns": 7}, 7, False, "WRONG_SIZE"),
+    (None, 7, False, "MISSING"),
 ])
-def test_quick_verdict_hashes_only_when_size_and_mtime_cannot_vouch(observed, recorded, full, verdict):
-    assert manifest.quick_verdict(ENTRY, observed, recorded, full) == verdict
+def test_quick_verdict_hashes_only_when_size_and_mtime_cannot_vouch(manifest, observed, recorded, full, verdict):
+    assert manifest.quick_verdict(ENTRY, observed, recorded, full) == getattr(manifest, verdict)  # the constant's name
 
 
-def test_hashed_verdict_names_both_digests():
+def test_hashed_verdict_names_both_digests(manifest):
     assert manifest.hashed_verdict(ENTRY, SHA_A) == manifest.OK
     assert manifest.hashed_verdict(ENTRY, SHA_B) == "sha256 %s, manifest says %s" % (SHA_B, SHA_A)
 
 
-def test_file_sha256_continues_a_partial_hash():
+def test_file_sha256_continues_a_partial_hash(manifest):
     data = b"x" * (manifest.HASH_CHUNK + 5)
     start = manifest.file_sha256(io.BytesIO(data[:10]))
     assert manifest.file_sha256(io.BytesIO(data[10:]), start).hexdigest() == hashlib.sha256(data).hexdigest()
 
 
-def test_record_round_trips_and_a_damaged_record_means_hash_everything():
+def test_record_round_trips_and_a_damaged_record_means_hash_everything(manifest):
     entries = manifest.normalise_manifest([ENTRY])
     text = manifest.record_text(entries, {"type": "http", "url": "http://m/t"}, "r1", {"model.safetensors": 7})
     record = manifest.parse_record(text)
@@ -118,12 +118,12 @@ def test_record_round_trips_and_a_damaged_record_means_hash_everything():
     assert manifest.parse_record('{"manifest": []}') is None
 
 
-def test_staging_and_previous_are_hidden_siblings_on_the_same_filesystem():
+def test_staging_and_previous_are_hidden_siblings_on_the_same_filesystem(manifest):
     assert manifest.staging_paths("/data/models/target/") == (
         "/data/models/.target.sglang-staging", "/data/models/.target.sglang-previous")
 
 
-def test_free_space_refusal_names_needed_and_available():
+def test_free_space_refusal_names_needed_and_available(manifest):
     assert manifest.free_space_problem("sglang_models_target_source", "/data/models", 10, 10) is None
     message = manifest.free_space_problem("sglang_models_target_source", "/data/models", 3 << 30, 1 << 30)
     assert message == ("not enough free space for sglang_models_target_source: the files still to fetch need "
@@ -136,49 +136,49 @@ def test_free_space_refusal_names_needed_and_available():
 DRAFT_TENSORS = {"d2t": [512], "t2d": [1024]}
 
 
-def _drafter(target=TARGET, draft=DRAFT, tensors=DRAFT_TENSORS, algorithm="EAGLE3"):
+def _drafter(checks, target=TARGET, draft=DRAFT, tensors=DRAFT_TENSORS, algorithm="EAGLE3"):
     return checks.drafter_problems(target, draft, algorithm, "sglang_model_path", "sglang_draft_model_path", tensors)
 
 
-def test_the_synthetic_drafter_belongs_to_its_target():
-    assert _drafter() == []
+def test_the_synthetic_drafter_belongs_to_its_target(checks):
+    assert _drafter(checks) == []
 
 
-def test_a_drafter_of_another_hidden_size_is_refused_naming_both_values():
+def test_a_drafter_of_another_hidden_size_is_refused_naming_both_values(checks):
     draft = dict(DRAFT, hidden_size=128)
-    assert _drafter(draft=draft) == [
+    assert _drafter(checks, draft=draft) == [
         "drafter hidden size 128 (sglang_draft_model_path) does not belong to target hidden size 64 (sglang_model_path)"]
 
 
-def test_target_hidden_size_of_the_drafter_wins_over_its_own():
-    assert _drafter(draft=dict(DRAFT, hidden_size=128, target_hidden_size=64)) == []
-    assert "hidden size 32" in _drafter(draft=dict(DRAFT, target_hidden_size=32))[0]
+def test_target_hidden_size_of_the_drafter_wins_over_its_own(checks):
+    assert _drafter(checks, draft=dict(DRAFT, hidden_size=128, target_hidden_size=64)) == []
+    assert "hidden size 32" in _drafter(checks, draft=dict(DRAFT, target_hidden_size=32))[0]
 
 
-def test_a_drafter_of_another_vocabulary_is_refused():
-    assert _drafter(draft=dict(DRAFT, vocab_size=32000)) == [
+def test_a_drafter_of_another_vocabulary_is_refused(checks):
+    assert _drafter(checks, draft=dict(DRAFT, vocab_size=32000)) == [
         "drafter vocab_size 32000 (sglang_draft_model_path) does not belong to target vocab_size 1024 (sglang_model_path)"]
 
 
-def test_a_reduced_draft_vocabulary_needs_its_mapping_tensor_of_the_right_length():
-    assert "hold no d2t tensor" in _drafter(tensors={})[0]
-    assert _drafter(tensors={"d2t": [256]}) == [
+def test_a_reduced_draft_vocabulary_needs_its_mapping_tensor_of_the_right_length(checks):
+    assert "hold no d2t tensor" in _drafter(checks, tensors={})[0]
+    assert _drafter(checks, tensors={"d2t": [256]}) == [
         "drafter d2t tensor has shape [256], draft_vocab_size 512 needs [512] (sglang_draft_model_path)"]
     full_vocab = dict(DRAFT, draft_vocab_size=1024)
-    assert _drafter(draft=full_vocab, tensors={}) == []
+    assert _drafter(checks, draft=full_vocab, tensors={}) == []
 
 
-def test_a_drafter_that_is_no_eagle3_head_is_refused_and_a_drafter_as_target_too():
-    problems = _drafter(draft=dict(DRAFT, architectures=["LlamaForCausalLM"]))
+def test_a_drafter_that_is_no_eagle3_head_is_refused_and_a_drafter_as_target_too(checks):
+    problems = _drafter(checks, draft=dict(DRAFT, architectures=["LlamaForCausalLM"]))
     assert problems == ['drafter architectures ["LlamaForCausalLM"] (sglang_draft_model_path) hold no EAGLE3 head '
                         "(an architecture ending in 'Eagle3'), as speculative_algorithm EAGLE3 needs; "
                         'target architectures ["LlamaForCausalLM"] (sglang_model_path)']
-    assert "are a drafter's" in _drafter(target=DRAFT)[0]
+    assert "are a drafter's" in _drafter(checks, target=DRAFT)[0]
 
 
-def test_multimodal_targets_are_read_from_their_text_config():
+def test_multimodal_targets_are_read_from_their_text_config(checks):
     nested = {"architectures": ["Qwen3VLForConditionalGeneration"], "text_config": dict(TARGET)}
-    assert _drafter(target=nested) == []
+    assert _drafter(checks, target=nested) == []
 
 
 # --------------------------------------------------------------------------- weights vs GPUs
@@ -187,18 +187,18 @@ NAMES = {"tp_size": "sglang_server_args.tp_size", "gpu_memory": "gpu_topology (s
          "mem_fraction_static": "sglang_server_args.mem_fraction_static", "headroom": "sglang_models_kv_cache_min_gib"}
 
 
-def test_weights_count_only_weight_files():
+def test_weights_count_only_weight_files(checks):
     files = [{"path": "model-00001-of-00002.safetensors", "size": 5}, {"path": "config.json", "size": 7},
              {"path": "pytorch_model.bin", "size": 11}, {"path": "tokenizer.json", "size": 13}]
     assert checks.weights_bytes(files) == 16
 
 
-def test_a_model_that_fits_passes():
+def test_a_model_that_fits_passes(checks):
     # 8 x 97887 MiB (RTX PRO 6000 capture), 0.88: 84.1 GiB per GPU; 600 GiB of weights = 75 GiB per GPU.
     assert checks.fit_problem({"target": 600 << 30}, 8, 97887, 0.88, 4, NAMES) is None
 
 
-def test_a_model_too_big_is_refused_with_the_numbers():
+def test_a_model_too_big_is_refused_with_the_numbers(checks):
     message = checks.fit_problem({"target": 640 << 30, "drafter": 2 << 30}, 8, 97887, 0.88, 4, NAMES)
     assert message == (
         "the weights do not fit the GPUs: drafter 2.00 GiB + target 640.00 GiB = 642.00 GiB over "
@@ -207,12 +207,12 @@ def test_a_model_too_big_is_refused_with_the_numbers():
         "sglang_server_args.mem_fraction_static 0.88")
 
 
-def test_tensor_parallelism_divides_the_weights():
+def test_tensor_parallelism_divides_the_weights(checks):
     assert checks.fit_problem({"target": 160 << 30}, 1, 97887, 0.88, 4, NAMES) is not None
     assert checks.fit_problem({"target": 160 << 30}, 2, 97887, 0.88, 4, NAMES) is None
 
 
-def test_models_on_one_filesystem_share_its_free_space():
+def test_models_on_one_filesystem_share_its_free_space(checks_module):
     target = {"needed_bytes": 600, "available_bytes": 1000, "filesystem": 1, "folder": "/data/models/target"}
     draft = {"needed_bytes": 500, "available_bytes": 1000, "filesystem": 1, "folder": "/data/models/draft"}
     elsewhere = dict(draft, filesystem=2, folder="/scratch/draft")
@@ -232,24 +232,24 @@ def test_models_on_one_filesystem_share_its_free_space():
     ["tokenizer_config.json", "tokenizer.model"],
     ["tokenizer_config.json", "vocab.json", "merges.txt"],
 ])
-def test_tokenizer_sets_that_transformers_loads(files):
+def test_tokenizer_sets_that_transformers_loads(checks, files):
     assert checks.tokenizer_problem(files + ["config.json"], "sglang_model_path") is None
 
 
-def test_missing_tokenizer_files_are_named():
+def test_missing_tokenizer_files_are_named(checks):
     assert checks.tokenizer_problem(["config.json", "vocab.json"], "sglang_model_path") == (
         "the target model (sglang_model_path) lacks the tokenizer files the server loads: tokenizer_config.json; "
         "tokenizer.json or tokenizer.model or vocab.json+merges.txt or tiktoken.model")
 
 
-def test_safetensors_header_of_the_real_drafter():
+def test_safetensors_header_of_the_real_drafter(checks):
     head = (FIXTURES / "eagle3-draft.safetensors-head").read_bytes()
     tensors = checks.safetensors_header(lambda offset, length: head[offset:offset + length])
     assert tensors == {"d2t": [512], "fc.weight": [64, 192], "lm_head.weight": [512, 64],
                        "midlayer.mlp.up_proj.weight": [128, 64], "t2d": [1024]}
 
 
-def test_an_implausible_safetensors_header_is_refused():
+def test_an_implausible_safetensors_header_is_refused(checks):
     junk = b"\xff" * 16
     with pytest.raises(ValueError, match="not plausible"):
         checks.safetensors_header(lambda offset, length: junk[offset:offset + length])
@@ -257,7 +257,7 @@ def test_an_implausible_safetensors_header_is_refused():
 
 # --------------------------------------------------------------------------- scripts/model-manifest
 
-def test_model_manifest_script_pins_every_file_the_module_accepts(tmp_path):
+def test_model_manifest_script_pins_every_file_the_module_accepts(manifest, tmp_path):
     import subprocess  # pylint: disable=import-outside-toplevel
     import yaml  # pylint: disable=import-outside-toplevel
     (tmp_path / "sub").mkdir()

@@ -25,7 +25,7 @@ def _render(name, **overrides):
         "ansible_managed": "managed by sglang-canon",
         "sglang_server_argv": expected.server_argv(),
         "sglang_service_supplementary_groups": [],
-        "sglang_service_health_url": "http://127.0.0.1:30000/health",
+        "sglang_health_url": "http://127.0.0.1:30000/health",
         "sglang_service_effective_environment": variables["sglang_service_environment"],
     })
     variables.update(overrides)

@@ -3,8 +3,6 @@ sglang_pip_probe modules (run_command mocked), and the pure parts of scripts/bui
 
 import base64
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import sys
 import zipfile
@@ -18,21 +16,29 @@ REPO = Path(__file__).resolve().parents[2]
 PARSER_REQUIREMENTS = REPO / "tests" / "wheelhouse" / "parser-requirements.txt"
 
 
-def _load(name, path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+# --- parsing ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pins(project_module):
+    return project_module("module_utils/sglang_pins.py", as_name="ansible.module_utils.sglang_pins")
+
+
+@pytest.fixture(scope="module")
+def wheel_pins_module(project_module, pins):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/sglang_wheel_pins.py")
+
+
+@pytest.fixture(scope="module")
+def probe_module(project_module, pins):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/sglang_pip_probe.py")
+
+
+@pytest.fixture(scope="module")
+def build_wheelhouse(project_module):
+    return project_module("scripts/build-wheelhouse")
 
 
 # The modules import ansible.module_utils.sglang_pins (ansible.cfg's module_utils path at run
 # time); make that name resolve to the repository's file here.
-pins = _load("ansible.module_utils.sglang_pins", REPO / "module_utils" / "sglang_pins.py")
-sys.modules["ansible.module_utils.sglang_pins"] = pins
-wheel_pins_module = _load("sglang_wheel_pins_under_test", REPO / "library" / "sglang_wheel_pins.py")
-probe_module = _load("sglang_pip_probe_under_test", REPO / "library" / "sglang_pip_probe.py")
-build_wheelhouse = _load("build_wheelhouse_under_test", REPO / "scripts" / "build-wheelhouse")
 
 # Requires-Dist of the real sglang-0.5.9-py3-none-any.whl: every == entry, a few ranges and
 # unpinned ones, the marker-bearing ones and a sample of the extras.
@@ -102,9 +108,6 @@ def run_module(module, args, capsys):
     return json.loads(capsys.readouterr().out)
 
 
-# --- parsing ---------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     "text, name, pin, specs, marker",
     [
@@ -121,13 +124,13 @@ def run_module(module, args, capsys):
         ("numpy==2.4.6 --hash=sha256:abcd", "numpy", "2.4.6", [("==", "2.4.6")], None),
     ],
 )
-def test_parse_requirement(text, name, pin, specs, marker):
+def test_parse_requirement(pins, text, name, pin, specs, marker):
     parsed = pins.parse_requirement(text)
     assert (parsed["name"], parsed["pin"], parsed["specs"], parsed["marker"]) == (name, pin, specs, marker)
     assert parsed["text"] == text
 
 
-def test_parse_requirement_extras_url_and_errors():
+def test_parse_requirement_extras_url_and_errors(pins):
     assert pins.parse_requirement("sglang[all, test]==0.5.9")["extras"] == ["all", "test"]
     url = pins.parse_requirement("sglang @ https://example.invalid/sglang-0.5.9-py3-none-any.whl")
     assert url["url"].endswith(".whl") and url["pin"] is None
@@ -137,13 +140,13 @@ def test_parse_requirement_extras_url_and_errors():
         pins.parse_requirement("")
 
 
-def test_canonical_name():
+def test_canonical_name(pins):
     assert pins.canonical_name("Typing_Extensions") == "typing-extensions"
     assert pins.canonical_name("flashinfer_python") == "flashinfer-python"
     assert pins.canonical_name("ruamel.yaml") == "ruamel-yaml"
 
 
-def test_requirements_text_comments_and_options():
+def test_requirements_text_comments_and_options(pins):
     text = "# header\n\nsglang==0.5.9\nyarl==1.25.1  # via aiohttp\n   # indented comment\n"
     parsed = pins.parse_requirements_text(text)
     assert [(r["name"], r["pin"]) for r in parsed] == [("sglang", "0.5.9"), ("yarl", "1.25.1")]
@@ -156,19 +159,19 @@ def test_requirements_text_comments_and_options():
 # --- release pins -> constraints --------------------------------------------------------
 
 
-def test_release_pins_are_exactly_the_base_double_equals_entries():
+def test_release_pins_are_exactly_the_base_double_equals_entries(pins):
     found = pins.release_pins(SGLANG_059_REQUIRES)
     assert {p["name"]: p["pin"] for p in found} == SGLANG_059_PINS
     assert [p["name"] for p in found][:3] == ["blobfile", "cuda-python", "flashinfer_python"]
 
 
-def test_release_pins_exclude_any_spelling():
+def test_release_pins_exclude_any_spelling(pins):
     names = [p["canonical"] for p in pins.release_pins(SGLANG_059_REQUIRES, exclude=["Torch", "torch-memory-saver"])]
     assert "torch" not in names and "torch-memory-saver" not in names
     assert "torchaudio" in names
 
 
-def test_constraints_text_keeps_markers_and_drops_extras():
+def test_constraints_text_keeps_markers_and_drops_extras(pins):
     text = pins.constraints_text(pins.release_pins(SGLANG_059_REQUIRES), header="from sglang 0.5.9")
     lines = text.splitlines()
     assert lines[0] == "# from sglang 0.5.9"
@@ -179,7 +182,7 @@ def test_constraints_text_keeps_markers_and_drops_extras():
     assert text.endswith("\n")
 
 
-def test_wheel_metadata_and_find_wheel(tmp_path):
+def test_wheel_metadata_and_find_wheel(pins, tmp_path):
     wheel = make_wheel(tmp_path)
     make_wheel(tmp_path, version="0.5.8", requires=[])
     make_wheel(tmp_path, name="sglang-kernel", version="0.5.9", requires=[])
@@ -218,17 +221,17 @@ def test_wheel_metadata_and_find_wheel(tmp_path):
         ("1.0+rocm-6.4", "1.0+rocm_6.4", True),
     ],
 )
-def test_versions_equal(wanted, installed, equal):
+def test_versions_equal(pins, wanted, installed, equal):
     assert pins.versions_equal(wanted, installed) is equal
 
 
-def wanted(*lines):
+def wanted(pins, *lines):
     return [pins.parse_requirement(line) for line in lines]
 
 
-def test_drift_of_requested_packages():
+def test_drift_of_requested_packages(pins):
     installed = {"sglang": "0.5.8", "torch": "2.13.0+cpu", "ipython": "9.0"}
-    drift = pins.find_drift(wanted("sglang==0.5.9", "torch==2.13.0", "ipython", "dill==0.4.1", "sglang==0.5.9"), installed)
+    drift = pins.find_drift(wanted(pins, "sglang==0.5.9", "torch==2.13.0", "ipython", "dill==0.4.1", "sglang==0.5.9"), installed)
     assert drift == [
         {"name": "sglang", "wanted": "==0.5.9", "installed": "0.5.8", "source": "requested"},
         {"name": "dill", "wanted": "==0.4.1", "installed": None, "source": "requested"},
@@ -237,36 +240,36 @@ def test_drift_of_requested_packages():
     assert pins.describe_drift(drift[0]) == "sglang: 0.5.8 installed, wanted ==0.5.9 (requested)"
 
 
-def test_drift_of_release_pins_full_install():
+def test_drift_of_release_pins_full_install(pins):
     installed = {"sglang": "0.5.9", "transformers": "4.56.0", "torch": "2.9.1"}
     installed.update({pins.canonical_name(n): v for n, v in SGLANG_059_PINS.items() if n not in ("transformers", "torch")})
-    drift = pins.find_drift(wanted("sglang==0.5.9"), installed, release="sglang",
+    drift = pins.find_drift(wanted(pins, "sglang==0.5.9"), installed, release="sglang",
                             release_requires=SGLANG_059_REQUIRES, require_release_deps=True)
     assert [pins.describe_drift(d) for d in drift] == ["transformers: 4.56.0 installed, wanted ==4.57.1 (sglang pin)"]
 
 
-def test_drift_of_release_pins_no_deps_install_with_exclusion():
+def test_drift_of_release_pins_no_deps_install_with_exclusion(pins):
     installed = {"sglang": "0.5.9", "transformers": "4.57.1", "torch": "2.13.0+cpu", "openai": "2.6.1"}
     args = dict(release="sglang", release_requires=SGLANG_059_REQUIRES, require_release_deps=False)
-    assert pins.find_drift(wanted("sglang==0.5.9"), installed, exclude=["torch"], **args) == []
+    assert pins.find_drift(wanted(pins, "sglang==0.5.9"), installed, exclude=["torch"], **args) == []
     # Not excluded, the CPU torch is drift; the missing flashinfer etc. are not (no-deps install).
-    drift = pins.find_drift(wanted("sglang==0.5.9"), installed, **args)
+    drift = pins.find_drift(wanted(pins, "sglang==0.5.9"), installed, **args)
     assert [(d["name"], d["installed"]) for d in drift] == [("torch", "2.13.0+cpu")]
     # A requirement asked for explicitly wins over the release pin of the same package.
-    assert pins.find_drift(wanted("sglang==0.5.9", "torch==2.13.0+cpu"), installed, **args) == []
+    assert pins.find_drift(wanted(pins, "sglang==0.5.9", "torch==2.13.0+cpu"), installed, **args) == []
 
 
-def test_drift_release_missing_deps_and_markers():
+def test_drift_release_missing_deps_and_markers(pins):
     installed = {"sglang": "0.5.9"}
     args = dict(release="sglang", release_requires=SGLANG_059_REQUIRES, require_release_deps=True)
-    names = {d["name"] for d in pins.find_drift(wanted("sglang==0.5.9"), installed, **args)}
+    names = {d["name"] for d in pins.find_drift(wanted(pins, "sglang==0.5.9"), installed, **args)}
     assert names == set(SGLANG_059_PINS)
     torchcodec_entry = next(r for r in SGLANG_059_REQUIRES if r.startswith("torchcodec"))
-    names = {d["name"] for d in pins.find_drift(wanted("sglang==0.5.9"), installed,
+    names = {d["name"] for d in pins.find_drift(wanted(pins, "sglang==0.5.9"), installed,
                                                 marker_results={torchcodec_entry: False}, **args)}
     assert "torchcodec" not in names and "torch" in names
     # Release not installed (requires None): only the requested packages count.
-    assert pins.find_drift(wanted("sglang==0.5.9"), {}, release="sglang", release_requires=None) == [
+    assert pins.find_drift(wanted(pins, "sglang==0.5.9"), {}, release="sglang", release_requires=None) == [
         {"name": "sglang", "wanted": "==0.5.9", "installed": None, "source": "requested"}]
 
 
@@ -278,7 +281,7 @@ SGL_KERNEL_CU130 = {"name": "sgl-kernel cu130", "find_links": "/srv/wheels/sgl-k
                     "pins": ["sgl_kernel==0.3.21+cu130"]}
 
 
-def test_source_pins_carry_their_source_and_must_be_exact():
+def test_source_pins_carry_their_source_and_must_be_exact(pins):
     parsed = pins.source_pins([PYTORCH_CU130, SGL_KERNEL_CU130])
     assert [(p["canonical"], p["pin"], p["origin"]) for p in parsed] == [
         ("torch", "2.9.1+cu130", "PyTorch cu130"), ("torchvision", "0.24.1+cu130", "PyTorch cu130"),
@@ -289,28 +292,28 @@ def test_source_pins_carry_their_source_and_must_be_exact():
             pins.source_pins([{"name": "PyTorch cu130", "pins": [bad]}])
 
 
-def test_drift_of_source_pins_tells_the_cu130_build_from_pypis():
+def test_drift_of_source_pins_tells_the_cu130_build_from_pypis(pins):
     release = dict(release="sglang", release_requires=SGLANG_059_REQUIRES, require_release_deps=False)
     sources = pins.source_pins([PYTORCH_CU130, SGL_KERNEL_CU130])
     cu130 = {"sglang": "0.5.9", "torch": "2.9.1+cu130", "torchaudio": "2.9.1+cu130", "sgl-kernel": "0.3.21+cu130"}
     # The cu130 build meets SGLang's own torch==2.9.1 and the sources' labelled pins; torchvision is
     # not installed (a --no-deps install here): a source pin alone does not ask for a package.
-    assert pins.find_drift(wanted("sglang==0.5.9"), cu130, pinned_sources=sources, **release) == []
+    assert pins.find_drift(wanted(pins, "sglang==0.5.9"), cu130, pinned_sources=sources, **release) == []
     # PyPI's torch 2.9.1 meets SGLang's pin but not the source's: drift, named after the source.
     pypi = dict(cu130, torch="2.9.1", **{"sgl-kernel": "0.3.21"})
-    drift = pins.find_drift(wanted("sglang==0.5.9"), pypi, pinned_sources=sources, **release)
+    drift = pins.find_drift(wanted(pins, "sglang==0.5.9"), pypi, pinned_sources=sources, **release)
     assert [pins.describe_drift(d) for d in drift] == [
         "torch: 2.9.1 installed, wanted ==2.9.1+cu130 (pin of source PyTorch cu130)",
         "sgl_kernel: 0.3.21 installed, wanted ==0.3.21+cu130 (pin of source sgl-kernel cu130)",
     ]
     # Without sources, that PyPI stack is in sync: the label is what the sources add.
-    assert pins.find_drift(wanted("sglang==0.5.9"), pypi, **release) == []
+    assert pins.find_drift(wanted(pins, "sglang==0.5.9"), pypi, **release) == []
 
 
 # --- the parser-only requirements file of the test node ------------------------------------
 
 
-def test_parser_requirements_are_exact_pins_consistent_with_sglang():
+def test_parser_requirements_are_exact_pins_consistent_with_sglang(pins):
     parsed = pins.parse_requirements_text(PARSER_REQUIREMENTS.read_text(), str(PARSER_REQUIREMENTS))
     by_name = {r["canonical"]: r["pin"] for r in parsed}
     assert all(r["pin"] for r in parsed), "every line must be name==version"
@@ -328,7 +331,7 @@ def test_parser_requirements_are_exact_pins_consistent_with_sglang():
 # --- sglang_wheel_pins module -------------------------------------------------------------
 
 
-def test_wheel_pins_module_writes_then_is_idempotent(tmp_path, capsys):
+def test_wheel_pins_module_writes_then_is_idempotent(wheel_pins_module, tmp_path, capsys):
     make_wheel(tmp_path)
     dest = tmp_path / "constraints.txt"
     args = {"src": str(tmp_path), "version": "0.5.9", "dest": str(dest), "exclude": ["torch"]}
@@ -344,7 +347,7 @@ def test_wheel_pins_module_writes_then_is_idempotent(tmp_path, capsys):
     assert second["changed"] is False
 
 
-def test_wheel_pins_module_check_mode_writes_nothing(tmp_path, capsys):
+def test_wheel_pins_module_check_mode_writes_nothing(wheel_pins_module, tmp_path, capsys):
     wheel = make_wheel(tmp_path)
     dest = tmp_path / "constraints.txt"
     result = run_module(wheel_pins_module, {"src": str(wheel), "version": "0.5.9", "dest": str(dest),
@@ -353,7 +356,7 @@ def test_wheel_pins_module_check_mode_writes_nothing(tmp_path, capsys):
     assert "torch==2.9.1" in result["constraints"]
 
 
-def test_wheel_pins_module_refuses_wrong_version(tmp_path, capsys):
+def test_wheel_pins_module_refuses_wrong_version(wheel_pins_module, tmp_path, capsys):
     make_wheel(tmp_path, version="0.5.8")
     result = run_module(wheel_pins_module, {"src": str(tmp_path), "version": "0.5.9"}, capsys)
     assert result["failed"] and "no wheel of sglang==0.5.9" in result["msg"]
@@ -387,7 +390,7 @@ def interpreter(tmp_path):
     return str(python)
 
 
-def test_probe_in_sync_with_requirements_file(tmp_path, interpreter, capsys, monkeypatch):
+def test_probe_in_sync_with_requirements_file(probe_module, tmp_path, interpreter, capsys, monkeypatch):
     reqs = tmp_path / "reqs.txt"
     reqs.write_text("sglang==0.5.9\ntorch==2.13.0+cpu  # deviation\n")
     fake = FakePython({"sglang": "0.5.9", "torch": "2.13.0+cpu", "transformers": "4.57.1"}, SGLANG_059_REQUIRES)
@@ -400,7 +403,7 @@ def test_probe_in_sync_with_requirements_file(tmp_path, interpreter, capsys, mon
     assert fake.calls[0][:3] == [interpreter, "-I", "-c"] and fake.calls[0][-1] == "sglang"
 
 
-def test_probe_reports_drift(interpreter, capsys, monkeypatch):
+def test_probe_reports_drift(probe_module, interpreter, capsys, monkeypatch):
     fake = FakePython({"sglang": "0.5.9", "transformers": "4.56.0"}, SGLANG_059_REQUIRES)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
     result = run_module(probe_module, {"python": interpreter, "requirements": ["sglang==0.5.9"],
@@ -409,7 +412,7 @@ def test_probe_reports_drift(interpreter, capsys, monkeypatch):
     assert result["summary"] == ["transformers: 4.56.0 installed, wanted ==4.57.1 (sglang pin)"]
 
 
-def test_probe_checks_the_pins_of_package_sources(interpreter, capsys, monkeypatch):
+def test_probe_checks_the_pins_of_package_sources(probe_module, interpreter, capsys, monkeypatch):
     fake = FakePython({"sglang": "0.5.9", "torch": "2.9.1", "transformers": "4.57.1"}, SGLANG_059_REQUIRES)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
     args = {"python": interpreter, "requirements": ["sglang==0.5.9"], "require_release_deps": False,
@@ -425,7 +428,7 @@ def test_probe_checks_the_pins_of_package_sources(interpreter, capsys, monkeypat
     assert result["failed"] and "not an exact" in result["msg"]
 
 
-def test_probe_without_release_pins_asks_for_no_release(interpreter, capsys, monkeypatch):
+def test_probe_without_release_pins_asks_for_no_release(probe_module, interpreter, capsys, monkeypatch):
     fake = FakePython({"sglang": "0.5.9", "transformers": "4.56.0"}, None)
     monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
     result = run_module(probe_module, {"python": interpreter, "requirements": ["sglang==0.5.9"],
@@ -433,7 +436,7 @@ def test_probe_without_release_pins_asks_for_no_release(interpreter, capsys, mon
     assert result["in_sync"] is True and fake.calls[0][-1] == ""
 
 
-def test_probe_missing_interpreter_is_drift_not_failure(tmp_path, capsys, monkeypatch):
+def test_probe_missing_interpreter_is_drift_not_failure(probe_module, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "run_command", FakePython({}))
     result = run_module(probe_module, {"python": str(tmp_path / "venv" / "bin" / "python"),
                                        "requirements": ["sglang==0.5.9"]}, capsys)
@@ -441,7 +444,7 @@ def test_probe_missing_interpreter_is_drift_not_failure(tmp_path, capsys, monkey
     assert result["summary"][1] == "sglang: not installed, wanted ==0.5.9 (requested)"
 
 
-def test_probe_failures(tmp_path, interpreter, capsys, monkeypatch):
+def test_probe_failures(probe_module, tmp_path, interpreter, capsys, monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "run_command", FakePython({}, rc=1))
     result = run_module(probe_module, {"python": interpreter, "requirements": ["sglang==0.5.9"]}, capsys)
     assert result["failed"] and "boom" in result["msg"]
@@ -451,7 +454,7 @@ def test_probe_failures(tmp_path, interpreter, capsys, monkeypatch):
     assert result["failed"] and "option lines are not supported" in result["msg"]
 
 
-def test_probe_script_runs_under_a_real_interpreter():
+def test_probe_script_runs_under_a_real_interpreter(probe_module):
     """The PROBE text itself, under this Python: JSON with versions of what is installed."""
     import subprocess  # pylint: disable=import-outside-toplevel
 
@@ -465,7 +468,7 @@ def test_probe_script_runs_under_a_real_interpreter():
 # --- scripts/build-wheelhouse ----------------------------------------------------------------
 
 
-def test_build_wheelhouse_reads_only_pins(tmp_path):
+def test_build_wheelhouse_reads_only_pins(build_wheelhouse, tmp_path):
     reqs = tmp_path / "r.txt"
     reqs.write_text("# c\nsglang==0.5.9\ntorch==2.13.0+cpu  # deviation\n")
     assert build_wheelhouse.read_pins(reqs) == [("sglang", "0.5.9"), ("torch", "2.13.0+cpu")]
@@ -475,7 +478,7 @@ def test_build_wheelhouse_reads_only_pins(tmp_path):
     assert build_wheelhouse.read_pins(PARSER_REQUIREMENTS)[0] == ("sglang", "0.5.9")
 
 
-def test_build_wheelhouse_shim_wheel_is_valid_and_reproducible(tmp_path):
+def test_build_wheelhouse_shim_wheel_is_valid_and_reproducible(pins, build_wheelhouse, tmp_path):
     first = tmp_path / "a"
     second = tmp_path / "b"
     first.mkdir()
@@ -498,7 +501,7 @@ def test_build_wheelhouse_shim_wheel_is_valid_and_reproducible(tmp_path):
     assert pins.wheel_metadata(first / name)[:2] == ("sglang-canon-torchvision-cpu-shim", "1.0.0")
 
 
-def test_build_wheelhouse_completeness_marker(tmp_path):
+def test_build_wheelhouse_completeness_marker(build_wheelhouse, tmp_path):
     assert not build_wheelhouse.is_complete(tmp_path, "h")
     (tmp_path / "a.whl").write_text("")
     (tmp_path / ".complete").write_text("h\na.whl\n")

@@ -1,32 +1,27 @@
 """The systemd_unit_overrides module's main() on a folder tree standing in for the unit search
 path, with `systemctl show` mocked: what it finds, removes, keeps, and leaves alone in check mode."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-REPO = Path(__file__).resolve().parents[2]
+
+@pytest.fixture(scope="module")
+def overrides_utils(project_module):
+    # The module imports it as ansible.module_utils.systemd_overrides (ansible.cfg's module_utils path).
+    return project_module("module_utils/systemd_overrides.py", as_name="ansible.module_utils.systemd_overrides")
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-overrides_utils = _load("ansible.module_utils.systemd_overrides", REPO / "module_utils" / "systemd_overrides.py")
-sys.modules["ansible.module_utils.systemd_overrides"] = overrides_utils
-module_under_test = _load("systemd_unit_overrides_under_test", REPO / "library" / "systemd_unit_overrides.py")
+@pytest.fixture(scope="module")
+def module_under_test(project_module, overrides_utils):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/systemd_unit_overrides.py")
 
 
 @pytest.fixture(name="root")
-def fixture_root(tmp_path, monkeypatch):
+def fixture_root(tmp_path, monkeypatch, overrides_utils):
     """etc/ and run/ and usr/ folders of a fake search path under tmp_path; the search path is
     rewritten onto them so that the module's removal rule (/etc, /run) still applies by prefix."""
     folders = {"/etc/systemd/system": tmp_path / "etc", "/run/systemd/system.control": tmp_path / "run-control",
@@ -38,7 +33,15 @@ def fixture_root(tmp_path, monkeypatch):
     return folders
 
 
-def run(monkeypatch, capsys, args, loaded=""):
+@pytest.fixture(name="run")
+def fixture_run(monkeypatch, capsys, module_under_test):
+    """Run the module's main() with `systemctl show` answering `loaded` as the unit's drop-ins."""
+    def run(args, loaded=""):
+        return _run(monkeypatch, capsys, module_under_test, args, loaded)
+    return run
+
+
+def _run(monkeypatch, capsys, module_under_test, args, loaded):
     calls = []
 
     def run_command(module, argv, **kwargs):
@@ -59,19 +62,19 @@ def _write(path, text="[Service]\nUser=root\n"):
     return str(path)
 
 
-def test_nothing_but_the_managed_unit_is_no_change(root, monkeypatch, capsys):
+def test_nothing_but_the_managed_unit_is_no_change(root, run):
     fragment = _write(root["/etc/systemd/system"] / "sglang.service")
-    code, result = run(monkeypatch, capsys, {"unit": "sglang.service", "fragment": fragment})
+    code, result = run({"unit": "sglang.service", "fragment": fragment})
     assert code == 0 and result["changed"] is False and result["overrides"] == []
 
 
-def test_foreign_dropins_are_removed_with_their_emptied_folder(root, monkeypatch, capsys):
+def test_foreign_dropins_are_removed_with_their_emptied_folder(root, run):
     fragment = _write(root["/etc/systemd/system"] / "sglang.service")
     handmade = _write(root["/etc/systemd/system"] / "sglang.service.d" / "zz.conf")
     set_property = _write(root["/run/systemd/system.control"] / "sglang.service.d" / "50-CPUWeight.conf")
     _write(root["/etc/systemd/system"] / "sglang.service.d" / "notes.txt", "not a drop-in")
 
-    code, result = run(monkeypatch, capsys, {"unit": "sglang.service", "fragment": fragment}, loaded=handmade)
+    code, result = run({"unit": "sglang.service", "fragment": fragment}, loaded=handmade)
 
     assert code == 0 and result["changed"] is True
     assert result["overrides"] == result["removed"] == result["drifted"] == sorted([handmade, set_property])
@@ -80,30 +83,29 @@ def test_foreign_dropins_are_removed_with_their_emptied_folder(root, monkeypatch
     assert Path(handmade).parent.exists()  # still holds notes.txt
 
 
-def test_check_mode_reports_and_removes_nothing(root, monkeypatch, capsys):
+def test_check_mode_reports_and_removes_nothing(root, run):
     fragment = _write(root["/etc/systemd/system"] / "sglang.service")
     handmade = _write(root["/etc/systemd/system"] / "sglang.service.d" / "zz.conf")
-    code, result = run(monkeypatch, capsys,
-                       {"unit": "sglang.service", "fragment": fragment, "_ansible_check_mode": True})
+    code, result = run({"unit": "sglang.service", "fragment": fragment, "_ansible_check_mode": True})
     assert code == 0 and result["changed"] is True and result["overrides"] == [handmade]
     assert Path(handmade).exists()
 
 
-def test_a_dropin_shared_with_other_units_or_a_packages_is_named_not_removed(root, monkeypatch, capsys):
+def test_a_dropin_shared_with_other_units_or_a_packages_is_named_not_removed(root, run):
     fragment = _write(root["/etc/systemd/system"] / "sglang.service")
     shared = _write(root["/etc/systemd/system"] / "service.d" / "10-all.conf")
     vendor = _write(root["/usr/lib/systemd/system"] / "sglang.service.d" / "vendor.conf")
 
-    code, result = run(monkeypatch, capsys, {"unit": "sglang.service", "fragment": fragment})
+    code, result = run({"unit": "sglang.service", "fragment": fragment})
 
     assert code == 1 and result["failed"] is True
     assert shared in result["msg"] and vendor in result["msg"] and "does not remove them" in result["msg"]
     assert Path(shared).exists() and Path(vendor).exists()
 
 
-def test_allowed_dropins_stay(root, monkeypatch, capsys):
+def test_allowed_dropins_stay(root, run):
     fragment = _write(root["/etc/systemd/system"] / "sglang.service")
     ours = _write(root["/etc/systemd/system"] / "sglang.service.d" / "10-ours.conf")
-    code, result = run(monkeypatch, capsys, {"unit": "sglang.service", "fragment": fragment, "allowed": [ours]},
+    code, result = run({"unit": "sglang.service", "fragment": fragment, "allowed": [ours]},
                        loaded=ours)
     assert code == 0 and result["changed"] is False and Path(ours).exists()
