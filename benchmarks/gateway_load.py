@@ -235,14 +235,16 @@ def rolling(args):
 
 
 def write_results(command, name, result):
+    """benchmarks/results/gateway_load_NAME.{md,json}: the result with its command, machine and date."""
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     record = {"measured": stamp, "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.platform()})",
-              "command": command, "result": result}
+              "load_average_at_end": load, "command": command, "result": result}
     (RESULTS / f"gateway_load_{name}.json").write_text(json.dumps(record, indent=2) + "\n")
-    lines = [f"# gateway_load {name}", "", f"Measured {stamp} on {record['machine']}, by", "",
-             f"    {command}", ""]
-    if name == "overhead":
+    lines = [f"# gateway_load {name}", "", f"Measured {stamp} on {record['machine']}, load average at the end",
+             f"{load} (1, 5, 15 min; other work shares the machine), by", "", f"    {command}", ""]
+    if "rounds" in result:
         lines += ["| path | round | requests ok | failed | throughput req/s | p50 ms | p99 ms |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         lines += [f"| {r['path']} | {r['round']} | {r['ok']} | {r['failed']} | {r['throughput_rps']} | {r['p50_ms']} | "
@@ -277,7 +279,9 @@ def main(argv=None):
         p.add_argument("--stream", action="store_true")
         p.add_argument("--max-tokens", type=int, default=16)
         p.add_argument("--clients", type=int, default=16)
-        p.add_argument("--write-results", action="store_true", help="write benchmarks/results/gateway_load_CMD.{md,json}")
+        p.add_argument("--write-results", action="store_true",
+                       help="write benchmarks/results/gateway_load_CMD[_LABEL].{md,json}")
+        p.add_argument("--label", help="suffix of the results' file names, e.g. the setup measured")
         if name in ("load", "overhead"):
             p.add_argument("--requests", type=int, default=400, help="requests per run (per round for overhead)")
         if name == "overhead":
@@ -300,7 +304,8 @@ def main(argv=None):
     print(json.dumps(result, indent=2))
     if args.write_results:
         command = " ".join(shlex.quote(a) for a in ["benchmarks/gateway_load.py", *(argv or sys.argv[1:])])
-        write_results(command.replace(args.api_key, "KEY") if args.api_key else command, args.cmd, result)
+        name = f"{args.cmd}_{args.label}" if args.label else args.cmd
+        write_results(command.replace(args.api_key, "KEY") if args.api_key else command, name, result)
     return 0 if ok else 1
 
 

@@ -45,6 +45,7 @@ Knobs (environment of the server double):
   SGLANG_DOUBLE_GENERATE_FAIL=1 generation routes answer 500 (a server that is up but cannot serve)
 """
 
+import http.server
 import json
 import os
 import signal
@@ -309,6 +310,9 @@ def install(handler_class, double):
         threading.Thread(target=drain_then_exit, args=(in_flight, poll), daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    # SGLang serves through uvicorn, whose listen backlog is 2048; socketserver's default of 5
+    # drops connections under a few dozen concurrent clients, which SGLang would not.
+    http.server.ThreadingHTTPServer.request_queue_size = 2048
 
     routes = {
         "/generate": lambda self: handle_generate(self, double),
