@@ -10,7 +10,9 @@ taken out. Proven here:
   starts, and no client request fails;
 - playbooks/rolling_restart.yml does the same;
 - kill -9 of a node's server under load: no client request fails (the gateway retries and
-  ejects it), and it is back in rotation after systemd restarted it.
+  ejects it), and it is back in rotation after systemd restarted it;
+- a node whose new configuration never gets healthy is rolled back, and added back to the
+  gateway only once healthy on its last good configuration; no client request fails.
 
 The gateway comes from the fixture `gateway` (tests/controller_router.py: a router run on the
 controller). To run these tests against a gateway deployed by roles/sglang_gateway, swap that
@@ -116,7 +118,8 @@ def main_pid(node):
 
 def task_events(result, task, host=None):
     return [e for e in result.events if e["event"] in ("runner_on_ok", "runner_item_on_ok")
-            and e["event_data"].get("task") == task and (host is None or e["event_data"].get("host") == host)]
+            and (e["event_data"].get("task") or "").startswith(task)  # a name may end in templated values
+            and (host is None or e["event_data"].get("host") == host)]
 
 
 def results_of(result, task, host):
@@ -124,6 +127,16 @@ def results_of(result, task, host):
     events = task_events(result, task, host)
     items = [e["event_data"]["res"] for e in events if e["event"] == "runner_item_on_ok"]
     return items or [e["event_data"]["res"] for e in events]
+
+
+def one_result(result, task, host):
+    """The one result of `task` on `host`; failing, the tasks that did run there, to say why."""
+    found = results_of(result, task, host)
+    ran = [(e["event"], e["event_data"].get("task")) for e in result.events
+           if e["event"].startswith("runner_on_") and e["event_data"].get("host") == host
+           and e["event_data"].get("role") == "sglang_service"]
+    assert len(found) == 1, (task, host, found, ran[-40:])
+    return found[0]
 
 
 def first_time(result, task, host):
@@ -137,9 +150,9 @@ def last_time(result, task, host):
 def assert_each_node_left_drained_and_rejoined_in_turn(fleet, result):
     order = []
     for node in fleet.nodes:
-        (left,) = results_of(result, LEAVE, node.name)
-        (drained,) = results_of(result, DRAIN, node.name)
-        (joined,) = results_of(result, JOIN, node.name)
+        left = one_result(result, LEAVE, node.name)
+        drained = one_result(result, DRAIN, node.name)
+        joined = one_result(result, JOIN, node.name)
         assert left["action"] == "remove" and left["changed"], left
         assert joined["action"] == "add" and joined["changed"], joined
         # requests were in flight when it left, and it waited for them
@@ -217,3 +230,32 @@ def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(
 
 def _active(node):
     return node.ssh("systemctl is-active sglang.service").stdout.strip() == "active"
+
+
+def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
+    first, second = fleet.nodes
+    second_pid = main_pid(second)
+    inventory = fleet.inventory(BASE_ENVIRONMENT)
+    data = yaml.safe_load(inventory.read_text())
+    failing = data["all"]["children"]["sglang_nodes"]["hosts"][first.name]
+    failing["sglang_service_environment"] = {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"}
+    failing["sglang_service_health_timeout"] = 20
+    inventory.write_text(yaml.safe_dump(data))
+    load = fleet.load()
+    result = run_playbook("site.yml", inventory)
+    stats = load.stop()
+
+    assert result.rc != 0 and result.count("failures", first.name) == 1
+    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages())
+    assert_no_request_failed(stats)
+    # out, drained, rolled back to its last good configuration, and only then back in, healthy
+    left = one_result(result, LEAVE, first.name)
+    joined = one_result(result, JOIN, first.name)
+    assert left["action"] == "remove" and joined["action"] == "add"
+    rollback_restart = "Restart the service on the last good configuration"
+    assert first_time(result, rollback_restart, first.name) < first_time(result, JOIN, first.name)
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in first.ssh(
+        f"tr '\\0' '\\n' < /proc/{main_pid(first)}/environ").stdout
+    fleet.gateway.wait_workers(fleet.urls, timeout=10)
+    # the rollout stopped: the second node was not taken out, nor restarted
+    assert results_of(result, LEAVE, second.name) == [] and main_pid(second) == second_pid
