@@ -217,15 +217,15 @@ def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(
         time.sleep(0.5)
     fleet.gateway.wait_workers(fleet.urls, timeout=60)
     invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
-    served_at_return = requests_served_since(victim, invocation)
-    back = load.completed()
-    while load.completed() < back + 4 * CLIENTS:
-        time.sleep(0.1)
+    # back in rotation: the restarted server answers requests again (the gateway's circuit
+    # breaker may hold it back a while after it is listed healthy: bounded wait under load)
+    deadline = time.monotonic() + 180
+    while requests_served_since(victim, invocation) == 0:
+        assert time.monotonic() < deadline, "the restarted server got no request through the gateway"
+        time.sleep(1)
     stats = load.stop()
 
     assert_no_request_failed(stats)
-    # back in rotation: the restarted server answers requests again
-    assert requests_served_since(victim, invocation) > served_at_return
 
 
 def _active(node):
