@@ -1,0 +1,261 @@
+"""Rolling deploys behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
+
+Two serving test nodes, their server on the node's own address, behind one gateway; 16
+clients send requests through the gateway only, each request taking about half a second on
+the server (SGLANG_DOUBLE_REQUEST_SECONDS), so requests are in flight whenever a node is
+taken out. Proven here:
+
+- a site.yml run that restarts every node (a changed server environment) goes batch by
+  batch, each node out of the gateway, drained, restarted, back and healthy before the next
+  starts, and no client request fails;
+- playbooks/rolling_restart.yml does the same;
+- kill -9 of a node's server under load: no client request fails (the gateway retries and
+  ejects it), and it is back in rotation after systemd restarted it;
+- a node whose new configuration never gets healthy is rolled back, and added back to the
+  gateway only once healthy on its last good configuration; no client request fails.
+
+The gateway comes from the fixture `gateway` (tests/controller_router.py: a router run on the
+controller). To run these tests against a gateway deployed by roles/sglang_gateway, swap that
+fixture for one that hands out the same attributes.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_run import run_playbook
+from controller_router import ControllerRouter
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from gateway_load import LoadRun, Target  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
+
+CLIENTS = 16
+PORT = 30000
+BASE_ENVIRONMENT = {
+    "SGLANG_ENABLE_SPEC_V2": "1",
+    "SGLANG_DOUBLE_REQUEST_SECONDS": "0.5",
+    "SGLANG_DOUBLE_DRAIN_POLL_SECONDS": "0.5",
+    "SGLANG_DOUBLE_WARMUP_SECONDS": "1",
+}
+LEAVE = "Take this node out of every gateway (worker API), waiting until none lists it"
+DRAIN = "Wait until the requests in flight on this node finished"
+JOIN = "Add this node back to every gateway, waiting until each reports it healthy"
+
+
+def worker_url(node):
+    return f"http://{node.ip}:{PORT}"
+
+
+def server_args(node):
+    """The canonical server arguments, listening on the node's own address for the gateway."""
+    return {
+        "model_path": "{{ sglang_model_path }}", "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "{{ sglang_draft_model_path }}", "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "tp_size": 8,
+        "mem_fraction_static": 0.88, "host": node.ip, "port": PORT,
+    }
+
+
+def write_inventory(node_set, gateway, path, environment):
+    inventory = yaml.safe_load(node_set.inventory.read_text())
+    for node in node_set.nodes():
+        inventory["all"]["children"]["sglang_nodes"]["hosts"][node.name].update({
+            "sglang_server_args": server_args(node),
+            "sglang_worker_host": node.ip,
+            "sglang_service_environment": environment,
+            "sglang_service_restart_sec": 1,  # systemd brings a killed server back quickly
+        })
+    inventory["all"]["children"]["sglang_gateways"] = {"hosts": gateway.gateway_hosts}
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+class Fleet:
+    def __init__(self, node_set, gateway, folder):
+        self.node_set = node_set
+        self.gateway = gateway
+        self.folder = folder
+        self.nodes = node_set.nodes()
+        self.urls = [worker_url(node) for node in self.nodes]
+        self.runs = 0
+
+    def inventory(self, environment):
+        self.runs += 1
+        return write_inventory(self.node_set, self.gateway, self.folder / f"inventory-{self.runs}.yml", environment)
+
+    def load(self):
+        target = Target(self.gateway.url, "/v1/completions", self.gateway.api_key, self.gateway.ca_file)
+        return LoadRun(target, clients=CLIENTS).start()
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    """The gateway under test: here sglang-router on the controller (swap for a deployed one)."""
+    router = ControllerRouter(tmp_path_factory.mktemp("router") / "router.log")
+    yield router
+    router.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(node_sets, gateway, tmp_path_factory):
+    node_set = node_sets("rolling", 2)
+    folder = tmp_path_factory.mktemp("rolling")
+    fleet = Fleet(node_set, gateway, folder)
+    # First deploy: no server ran before, so nothing is taken out of the gateway (which is
+    # not running yet: it would refuse the call).
+    first = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT))
+    assert first.rc == 0, first.failure_messages() or first.stdout[-5000:]
+    gateway.start(fleet.urls)
+    return fleet
+
+
+def main_pid(node):
+    return node.ssh("systemctl show --property=MainPID --value sglang.service").stdout.strip()
+
+
+def task_events(result, task, host=None):
+    return [e for e in result.events if e["event"] in ("runner_on_ok", "runner_item_on_ok")
+            and (e["event_data"].get("task") or "").startswith(task)  # a name may end in templated values
+            and (host is None or e["event_data"].get("host") == host)]
+
+
+def results_of(result, task, host):
+    """Per-item results of a looped task, or the task's result."""
+    events = task_events(result, task, host)
+    items = [e["event_data"]["res"] for e in events if e["event"] == "runner_item_on_ok"]
+    return items or [e["event_data"]["res"] for e in events]
+
+
+def one_result(result, task, host):
+    """The one result of `task` on `host`; failing, the tasks that did run there, to say why."""
+    found = results_of(result, task, host)
+    ran = [(e["event"], e["event_data"].get("task")) for e in result.events
+           if e["event"].startswith("runner_on_") and e["event_data"].get("host") == host
+           and e["event_data"].get("role") == "sglang_service"]
+    assert len(found) == 1, (task, host, found, ran[-40:])
+    return found[0]
+
+
+def first_time(result, task, host):
+    return min(e["created"] for e in task_events(result, task, host))
+
+
+def last_time(result, task, host):
+    return max(e["created"] for e in task_events(result, task, host))
+
+
+def assert_each_node_left_drained_and_rejoined_in_turn(fleet, result):
+    order = []
+    for node in fleet.nodes:
+        left = one_result(result, LEAVE, node.name)
+        drained = one_result(result, DRAIN, node.name)
+        joined = one_result(result, JOIN, node.name)
+        assert left["action"] == "remove" and left["changed"], left
+        assert joined["action"] == "add" and joined["changed"], joined
+        # requests were in flight when it left, and it waited for them
+        assert drained["action"] == "wait_drained" and drained["in_flight"] == 0 and drained["waited"] > 0, drained
+        order.append((first_time(result, LEAVE, node.name), last_time(result, JOIN, node.name)))
+    # batch by batch: a node leaves only once the one before it is back and healthy
+    for (_, joined_before), (left_next, _) in zip(order, order[1:]):
+        assert joined_before < left_next, order
+
+
+def assert_no_request_failed(stats):
+    assert stats["failed"] == 0, stats["failures"]
+    assert stats["ok"] >= 100, stats  # a steady load, not a trickle
+
+
+def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch(fleet):
+    before = {node.name: main_pid(node) for node in fleet.nodes}
+    inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
+    load = fleet.load()
+    started = time.monotonic()
+    result = run_playbook("site.yml", inventory)
+    stats = load.stop()
+    print(f"site.yml rolling deploy of {len(fleet.nodes)} nodes under load: {time.monotonic() - started:.1f} s, {stats}")
+
+    assert result.rc == 0, result.failure_messages()
+    assert_no_request_failed(stats)
+    assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
+    assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
+    assert fleet.gateway.wait_workers(fleet.urls, timeout=5)
+
+
+def test_rolling_restart_playbook_drops_no_request(fleet):
+    before = {node.name: main_pid(node) for node in fleet.nodes}
+    inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
+    load = fleet.load()
+    result = run_playbook("playbooks/rolling_restart.yml", inventory)
+    stats = load.stop()
+
+    assert result.rc == 0, result.failure_messages()
+    assert_no_request_failed(stats)
+    assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
+    assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
+
+
+def requests_served_since(node, invocation):
+    """Generation requests the server instance `invocation` answered (its journal lines)."""
+    out = node.ssh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={invocation} | grep -c 'POST /v1/completions'")
+    return int(out.stdout.strip() or 0)
+
+
+def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(fleet):
+    victim = fleet.nodes[0]
+    pid = main_pid(victim)
+    load = fleet.load()
+    while load.completed() < 20:  # the load is flowing through both nodes
+        time.sleep(0.1)
+    victim.ssh(f"kill -9 {pid}", check=True)
+    # systemd restarts it (RestartSec=1 here); the gateway's health checks take it back
+    deadline = time.monotonic() + 120
+    while not (main_pid(victim) not in ("0", pid) and _active(victim)):
+        assert time.monotonic() < deadline, "systemd did not restart the killed server"
+        time.sleep(0.5)
+    fleet.gateway.wait_workers(fleet.urls, timeout=60)
+    invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
+    # back in rotation: the restarted server answers requests again (the gateway's circuit
+    # breaker may hold it back a while after it is listed healthy: bounded wait under load)
+    deadline = time.monotonic() + 180
+    while requests_served_since(victim, invocation) == 0:
+        assert time.monotonic() < deadline, "the restarted server got no request through the gateway"
+        time.sleep(1)
+    stats = load.stop()
+
+    assert_no_request_failed(stats)
+
+
+def _active(node):
+    return node.ssh("systemctl is-active sglang.service").stdout.strip() == "active"
+
+
+def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
+    first, second = fleet.nodes
+    second_pid = main_pid(second)
+    inventory = fleet.inventory(BASE_ENVIRONMENT)
+    data = yaml.safe_load(inventory.read_text())
+    failing = data["all"]["children"]["sglang_nodes"]["hosts"][first.name]
+    failing["sglang_service_environment"] = {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"}
+    failing["sglang_service_health_timeout"] = 20
+    inventory.write_text(yaml.safe_dump(data))
+    load = fleet.load()
+    result = run_playbook("site.yml", inventory)
+    stats = load.stop()
+
+    assert result.rc != 0 and result.count("failures", first.name) == 1
+    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages())
+    assert_no_request_failed(stats)
+    # out, drained, rolled back to its last good configuration, and only then back in, healthy
+    left = one_result(result, LEAVE, first.name)
+    joined = one_result(result, JOIN, first.name)
+    assert left["action"] == "remove" and joined["action"] == "add"
+    rollback_restart = "Restart the service on the last good configuration"
+    assert first_time(result, rollback_restart, first.name) < first_time(result, JOIN, first.name)
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in first.ssh(
+        f"tr '\\0' '\\n' < /proc/{main_pid(first)}/environ").stdout
+    fleet.gateway.wait_workers(fleet.urls, timeout=10)
+    # the rollout stopped: the second node was not taken out, nor restarted
+    assert results_of(result, LEAVE, second.name) == [] and main_pid(second) == second_pid
