@@ -35,6 +35,9 @@ COSTLIEST_FIRST = (
     "integration/test_fleet.py",
     "integration/test_monitoring.py",
     "integration/test_watchdog.py",
+    "integration/test_gateway.py",
+    "integration/test_rolling_gateway.py",
+    "integration/test_firewall.py",
     "integration/test_faults.py",
     "integration/test_benchmark.py",
     "integration/test_models.py",
@@ -247,15 +250,15 @@ class GatewayFleet:
         return run_playbook("site.yml", self.inventory, **kwargs)
 
 
-@pytest.fixture(scope="session")
-def gateway_fleet(_all_node_sets, converged_snapshot):
-    """Three serving nodes and one gateway in front of them, made and converged once per session.
+@pytest.fixture(scope="module")
+def gateway_fleet(node_sets, converged_snapshot):
+    """Three serving nodes and one gateway in front of them, made and converged once per file.
 
-    Kept for the session (files that test through the gateway share it). The serving nodes start
-    from this worker's converged snapshot; this first run moves their servers onto their own
-    addresses and sets up the gateway host, which starts from the base image.
+    The serving nodes start from this worker's converged snapshot; this first run moves their
+    servers onto their own addresses and sets up the gateway host, which starts from the base
+    image (a gateway deployed in front of running servers).
     """
-    node_set = _all_node_sets("gateway-fleet", 3, gateway=True, from_snapshot=converged_snapshot.directory)
+    node_set = node_sets("gateway-fleet", 3, gateway=True, from_snapshot=converged_snapshot.directory)
     first = run_playbook("site.yml", node_set.inventory)
     assert first.rc == 0, first.stdout[-6000:]
     return GatewayFleet(node_set, first)

@@ -14,9 +14,9 @@ taken out. Proven here:
 - a node whose new configuration never gets healthy is rolled back, and added back to the
   gateway only once healthy on its last good configuration; no client request fails.
 
-The gateway comes from the fixture `gateway` (tests/controller_router.py: a router run on the
-controller). To run these tests against a gateway deployed by roles/sglang_gateway, swap that
-fixture for one that hands out the same attributes.
+The fleet is `tests/testnode up 2 --gateway` (serving nodes from the worker's converged
+snapshot), converged by site.yml: the gateway is the one roles/sglang_gateway deploys, reached
+as clients reach it (TLS, API key; tests/gateway_client.py).
 """
 
 import sys
@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from ansible_run import run_playbook
-from controller_router import ControllerRouter
+from gateway_client import DeployedGateway
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gateway_load import LoadRun, Target  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
@@ -49,26 +49,15 @@ def worker_url(node):
     return f"http://{node.ip}:{PORT}"
 
 
-def server_args(node):
-    """The canonical server arguments, listening on the node's own address for the gateway."""
-    return {
-        "model_path": "{{ sglang_model_path }}", "speculative_algorithm": "EAGLE3",
-        "speculative_draft_model_path": "{{ sglang_draft_model_path }}", "speculative_num_steps": 3,
-        "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "tp_size": 8,
-        "mem_fraction_static": 0.88, "host": node.ip, "port": PORT,
-    }
-
-
-def write_inventory(node_set, gateway, path, environment):
+def write_inventory(node_set, nodes, path, environment):
+    """The harness's inventory (each server on its node's own address, the gateway's host
+    variables) with this file's server environment."""
     inventory = yaml.safe_load(node_set.inventory.read_text())
-    for node in node_set.nodes():
+    for node in nodes:
         inventory["all"]["children"]["sglang_nodes"]["hosts"][node.name].update({
-            "sglang_server_args": server_args(node),
-            "sglang_worker_host": node.ip,
             "sglang_service_environment": environment,
             "sglang_service_restart_sec": 1,  # systemd brings a killed server back quickly
         })
-    inventory["all"]["children"]["sglang_gateways"] = {"hosts": gateway.gateway_hosts}
     path.write_text(yaml.safe_dump(inventory))
     return path
 
@@ -78,13 +67,13 @@ class Fleet:
         self.node_set = node_set
         self.gateway = gateway
         self.folder = folder
-        self.nodes = node_set.nodes()
+        self.nodes = [node for node in node_set.nodes() if node.name in gateway.serving]
         self.urls = [worker_url(node) for node in self.nodes]
         self.runs = 0
 
     def inventory(self, environment):
         self.runs += 1
-        return write_inventory(self.node_set, self.gateway, self.folder / f"inventory-{self.runs}.yml", environment)
+        return write_inventory(self.node_set, self.nodes, self.folder / f"inventory-{self.runs}.yml", environment)
 
     def load(self):
         target = Target(self.gateway.url, "/v1/completions", self.gateway.api_key, self.gateway.ca_file)
@@ -92,23 +81,16 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory):
-    """The gateway under test: here sglang-router on the controller (swap for a deployed one)."""
-    router = ControllerRouter(tmp_path_factory.mktemp("router") / "router.log")
-    yield router
-    router.stop()
-
-
-@pytest.fixture(scope="module")
-def fleet(node_sets, gateway, tmp_path_factory):
-    node_set = node_sets("rolling", 2)
+def fleet(node_sets, converged_snapshot, tmp_path_factory):
+    node_set = node_sets("rolling", 2, gateway=True, from_snapshot=converged_snapshot.directory)
     folder = tmp_path_factory.mktemp("rolling")
-    fleet = Fleet(node_set, gateway, folder)
-    # First deploy: no server ran before, so nothing is taken out of the gateway (which is
-    # not running yet: it would refuse the call).
+    fleet = Fleet(node_set, DeployedGateway(node_set.inventory), folder)
+    # First deploy of the gateway in front of running servers: it is not running yet when the
+    # nodes restart onto their own addresses, so they have no gateway to leave; its own play
+    # then registers them.
     first = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT))
     assert first.rc == 0, first.failure_messages() or first.stdout[-5000:]
-    gateway.start(fleet.urls)
+    fleet.gateway.wait_workers(fleet.urls, timeout=180)
     return fleet
 
 
@@ -215,7 +197,7 @@ def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(
     while not (main_pid(victim) not in ("0", pid) and _active(victim)):
         assert time.monotonic() < deadline, "systemd did not restart the killed server"
         time.sleep(0.5)
-    fleet.gateway.wait_workers(fleet.urls, timeout=60)
+    fleet.gateway.wait_workers(fleet.urls, timeout=120)
     invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
     # back in rotation: the restarted server answers requests again (the gateway's circuit
     # breaker may hold it back a while after it is listed healthy: bounded wait under load)
