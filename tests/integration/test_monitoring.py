@@ -26,9 +26,13 @@ SERVER_DOWN_FOR_SECONDS = 5
 
 def _extravars():
     # The canonical server listens on loopback; a monitor scrapes it at the node's address.
-    server_args = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())["sglang_server_args"]
+    # Extra vars reach the monitor too, where the sglang role's defaults (sglang_worker_port, which
+    # the canonical args template) are not defined: give the port as a value.
+    defaults = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+    server_args = defaults["sglang_server_args"]
     return {
-        "sglang_server_args": {**server_args, "host": "0.0.0.0", "enable_metrics": True},
+        "sglang_server_args": {**server_args, "host": "0.0.0.0", "port": defaults["sglang_worker_port"],
+                               "enable_metrics": True},
         "sglang_monitoring_scrape_interval": f"{SCRAPE_SECONDS}s",
         "sglang_monitoring_evaluation_interval": f"{SCRAPE_SECONDS}s",
         "sglang_monitoring_alert_server_down_for": f"{SERVER_DOWN_FOR_SECONDS}s",
