@@ -63,7 +63,9 @@ def _inventory_with_host_vars(node_set, tmp_path, host_vars):
 
 
 def _plays_with_hosts(result):
-    """(play name, hosts with a task result in it) for each play started, batches included, in order."""
+    """(play name, hosts with a task result in it) for each play that ran on a host, batches
+    included, in order. Plays for groups this fleet has no host in (gateways, monitors) are left
+    out: they start and match no host."""
     plays = []
     for event in result.events:
         data = event.get("event_data", {})
@@ -71,7 +73,7 @@ def _plays_with_hosts(result):
             plays.append((data["play"], set()))
         elif event["event"].startswith("runner_on_") and data.get("host"):
             plays[-1][1].add(data["host"])
-    return plays
+    return [(name, hosts) for name, hosts in plays if hosts]
 
 
 def test_checks_run_on_all_nodes_then_each_drifted_node_converges_in_its_own_batch(fleet):
