@@ -35,12 +35,18 @@ def _check_diff(node):
     return run_playbook("site.yml", node.inventory, extravars=EXTRA, check=True, diff=True)
 
 
+# The lines Ansible prints for a failed task ("fatal: [host]: FAILED! =>", "failed: [host] (item=...)")
+# and for an ignored one; matched as Ansible prints them, since a diff may show a file whose text
+# holds the word "fatal" (the watchdog's "never fatal").
+FAILURE_LINE = re.compile(r"^(?:\x1b\[[0-9;]*m)*(?:fatal|failed): \[|FAILED! =>|\.\.\.ignoring", re.MULTILINE)
+
+
 def _printed_no_failure(result):
     """What an operator reads as a failure: a failed or ignored task, or its line in the output."""
     return (
         not [e for e in result.events if e.get("event") == "runner_on_failed"]
         and result.count("ignored") == 0
-        and not re.search(r"fatal|FAILED|\.\.\.ignoring", result.stdout)
+        and not FAILURE_LINE.search(result.stdout)
     )
 
 

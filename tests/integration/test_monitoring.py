@@ -96,7 +96,11 @@ def test_prometheus_reports_every_target_up(fleet):
     monitor = _monitor(fleet)
     servers = _servers(fleet)
     want = {("sglang", node.name) for node in servers} | {("node", node.name) for node in fleet.nodes()}
-    assert set(_targets(monitor)) == want  # no gateway in the inventory: no gateway target
+    # Prometheus hands a new configuration's targets to its scrape manager a few seconds after it
+    # is ready (discovery updates are batched), so the set is polled, not read once.
+    # No gateway in the inventory: no gateway target.
+    _wait_for("the target of every exporter", lambda: set(_targets(monitor)) == want, timeout=30,
+              describe=lambda: sorted(_targets(monitor)))
     _wait_for("every target up", lambda: all(t["health"] == "up" for t in _targets(monitor).values()), timeout=30,
               describe=lambda: {k: (t["health"], t["lastError"]) for k, t in _targets(monitor).items()})
     targets = _targets(monitor)
@@ -136,7 +140,7 @@ def test_stopping_a_server_fires_its_alert_within_the_rules_for(fleet):
         assert running.name not in _firing(monitor, "SGLangServerDown")
     finally:
         stopped.ssh("systemctl start sglang", check=True)
-    _wait_for("the server scraped again", lambda: _targets(monitor)[("sglang", stopped.name)]["health"] == "up",
+    _wait_for("the server scraped again", lambda: _targets(monitor).get(("sglang", stopped.name), {}).get("health") == "up",
               timeout=60)
     _wait_for("SGLangServerDown resolved", lambda: not _firing(monitor, "SGLangServerDown"), timeout=10)
 
