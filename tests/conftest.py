@@ -32,11 +32,10 @@ SNAPSHOTS = STATE_ROOT / "snapshots"
 # four-test fleet and faults files last, so one worker ran them alone at the end.) A file not
 # listed runs after these, integration files before the quick tiers.
 COSTLIEST_FIRST = (
-    "integration/test_fleet.py",
-    "integration/test_monitoring.py",
-    "integration/test_watchdog.py",
-    "integration/test_gateway.py",
     "integration/test_rolling_gateway.py",
+    "integration/test_monitoring.py",
+    "integration/test_gateway.py",
+    "integration/test_watchdog.py",
     "integration/test_firewall.py",
     "integration/test_faults.py",
     "integration/test_benchmark.py",

@@ -1,20 +1,23 @@
-"""Rolling deploys behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
+"""Rolling deploys of a fleet behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
 
-Two serving test nodes, their server on the node's own address, behind one gateway; 16
+Three serving test nodes, their server on the node's own address, behind one gateway; 16
 clients send requests through the gateway only, each request taking about half a second on
 the server (SGLANG_DOUBLE_REQUEST_SECONDS), so requests are in flight whenever a node is
 taken out. Proven here:
 
-- a site.yml run that restarts every node (a changed server environment) goes batch by
-  batch, each node out of the gateway, drained, restarted, back and healthy before the next
-  starts, and no client request fails;
-- playbooks/rolling_restart.yml does the same;
+- a converged fleet is checked and scanned on every node and left alone (no batch runs);
+- a site.yml run that restarts every node (a changed server environment) checks and scans all
+  nodes at once, then goes batch by batch in the inventory's order, each node out of the
+  gateway, drained, restarted, back and healthy before the next starts, and no client request
+  fails;
+- playbooks/rolling_restart.yml does the same, one node per play;
 - kill -9 of a node's server under load: no client request fails (the gateway retries and
   ejects it), and it is back in rotation after systemd restarted it;
-- a node whose new configuration never gets healthy is rolled back, and added back to the
-  gateway only once healthy on its last good configuration; no client request fails.
+- the middle node's new configuration never gets healthy: it is rolled back, and added back
+  to the gateway only once healthy on its last good configuration; the batch before keeps its
+  new configuration, the batch after is not touched, and no client request fails.
 
-The fleet is `tests/testnode up 2 --gateway` (serving nodes from the worker's converged
+The fleet is `tests/testnode up 3 --gateway` (serving nodes from the worker's converged
 snapshot), converged by site.yml: the gateway is the one roles/sglang_gateway deploys, reached
 as clients reach it (TLS, API key; tests/gateway_client.py).
 """
@@ -82,7 +85,7 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(node_sets, converged_snapshot, tmp_path_factory):
-    node_set = node_sets("rolling", 2, gateway=True, from_snapshot=converged_snapshot.directory)
+    node_set = node_sets("rolling", 3, gateway=True, from_snapshot=converged_snapshot.directory)
     folder = tmp_path_factory.mktemp("rolling")
     fleet = Fleet(node_set, DeployedGateway(node_set.inventory), folder)
     # First deploy of the gateway in front of running servers: it is not running yet when the
@@ -96,6 +99,35 @@ def fleet(node_sets, converged_snapshot, tmp_path_factory):
 
 def main_pid(node):
     return node.ssh("systemctl show --property=MainPID --value sglang.service").stdout.strip()
+
+
+def server_environment(node):
+    """The running server's environment, NAME=value each (/proc/PID/environ: NUL-terminated)."""
+    return node.testinfra_host().file(f"/proc/{main_pid(node)}/environ").content_string.split("\0")[:-1]
+
+
+def plays_on_nodes(result, nodes):
+    """(play name, serving nodes with a task result in it) for each play that ran on a serving
+    node, batches included, in order. The gateway's plays (its checks, its converge) and the
+    monitors' play run on no serving node and are left out."""
+    names = {node.name for node in nodes}
+    plays = []
+    for event in result.events:
+        data = event.get("event_data", {})
+        if event["event"] == "playbook_on_play_start":
+            plays.append((data["play"], set()))
+        elif event["event"].startswith("runner_on_") and data.get("host") in names:
+            plays[-1][1].add(data["host"])
+    return [(name, hosts) for name, hosts in plays if hosts]
+
+
+def changes_outside_the_scan(result, host):
+    return [
+        e["event_data"]["task"] for e in result.events
+        if e["event"] == "runner_on_ok" and e["event_data"].get("host") == host
+        and e["event_data"].get("res", {}).get("changed")
+        and not e["event_data"].get("play", "").startswith("Find what would change")
+    ]
 
 
 def task_events(result, task, host=None):
@@ -150,6 +182,17 @@ def assert_no_request_failed(stats):
     assert stats["ok"] >= 100, stats  # a steady load, not a trickle
 
 
+def test_a_converged_fleet_is_checked_and_left_alone(fleet):
+    names = {node.name for node in fleet.nodes}
+    result = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT))
+    assert result.rc == 0 and result.changed == 0, result.changed_tasks()
+    (check, check_hosts), (scan, scan_hosts), *batches = plays_on_nodes(result, fleet.nodes)
+    assert check.startswith("Check every node") and check_hosts == names
+    assert scan.startswith("Find what would change") and scan_hosts == names
+    assert batches == []
+    assert "Could not match supplied host pattern" not in result.stdout
+
+
 def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch(fleet):
     before = {node.name: main_pid(node) for node in fleet.nodes}
     inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
@@ -162,6 +205,14 @@ def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch
     assert result.rc == 0, result.failure_messages()
     assert_no_request_failed(stats)
     assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
+    # checks and scan on every node at once, then one node per batch in the inventory's order
+    # (not the order the scan finished in)
+    names = {node.name for node in fleet.nodes}
+    (check, check_hosts), (scan, scan_hosts), *batches = plays_on_nodes(result, fleet.nodes)
+    assert check.startswith("Check every node") and check_hosts == names
+    assert scan.startswith("Find what would change") and scan_hosts == names
+    assert [name for name, _ in batches] == [batches[0][0]] * len(fleet.nodes) and batches[0][0].startswith("Converge")
+    assert [hosts for _, hosts in batches] == [{node.name} for node in fleet.nodes]
     assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
     assert fleet.gateway.wait_workers(fleet.urls, timeout=5)
 
@@ -176,6 +227,7 @@ def test_rolling_restart_playbook_drops_no_request(fleet):
     assert result.rc == 0, result.failure_messages()
     assert_no_request_failed(stats)
     assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
+    assert len([e for e in result.events if e["event"] == "playbook_on_play_start"]) == len(fleet.nodes)
     assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
 
 
@@ -215,29 +267,39 @@ def _active(node):
 
 
 def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
-    first, second = fleet.nodes
-    second_pid = main_pid(second)
+    first, middle, last = fleet.nodes
+    # The earlier tests left every node on WARMUP 2; going back to the base environment is a
+    # new configuration for each node, and the middle one's never gets healthy.
     inventory = fleet.inventory(BASE_ENVIRONMENT)
     data = yaml.safe_load(inventory.read_text())
-    failing = data["all"]["children"]["sglang_nodes"]["hosts"][first.name]
+    failing = data["all"]["children"]["sglang_nodes"]["hosts"][middle.name]
     failing["sglang_service_environment"] = {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"}
     failing["sglang_service_health_timeout"] = 20
     inventory.write_text(yaml.safe_dump(data))
+    last_pid = main_pid(last)
+    last_env_sha = last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum
+    middle_env_sha = middle.testinfra_host().file("/etc/sglang/sglang.env").sha256sum
     load = fleet.load()
     result = run_playbook("site.yml", inventory)
     stats = load.stop()
 
-    assert result.rc != 0 and result.count("failures", first.name) == 1
+    assert result.rc != 0 and result.count("failures", middle.name) == 1
     assert any("Rolled back to the last good configuration" in m for m in result.failure_messages())
     assert_no_request_failed(stats)
-    # out, drained, rolled back to its last good configuration, and only then back in, healthy
-    left = one_result(result, LEAVE, first.name)
-    joined = one_result(result, JOIN, first.name)
+    # the batch before the failure kept its new configuration
+    assert "SGLANG_DOUBLE_WARMUP_SECONDS=1" in server_environment(first)
+    # the failing node: out, drained, rolled back to its last good configuration, and only then
+    # back in, healthy
+    left = one_result(result, LEAVE, middle.name)
+    joined = one_result(result, JOIN, middle.name)
     assert left["action"] == "remove" and joined["action"] == "add"
     rollback_restart = "Restart the service on the last good configuration"
-    assert first_time(result, rollback_restart, first.name) < first_time(result, JOIN, first.name)
-    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in first.ssh(
-        f"tr '\\0' '\\n' < /proc/{main_pid(first)}/environ").stdout
+    assert first_time(result, rollback_restart, middle.name) < first_time(result, JOIN, middle.name)
+    assert middle.testinfra_host().file("/etc/sglang/sglang.env").sha256sum == middle_env_sha
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in server_environment(middle)
     fleet.gateway.wait_workers(fleet.urls, timeout=10)
-    # the rollout stopped: the second node was not taken out, nor restarted
-    assert results_of(result, LEAVE, second.name) == [] and main_pid(second) == second_pid
+    # the rollout stopped: the batch after the failure was not taken out, nor changed, nor
+    # restarted (only the check-mode scan looked at it)
+    assert results_of(result, LEAVE, last.name) == [] and changes_outside_the_scan(result, last.name) == []
+    assert main_pid(last) == last_pid
+    assert last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum == last_env_sha
