@@ -7,17 +7,16 @@ max_prefill_tokens. A new SGLang release that changes them fails here.
 """
 
 import ast
-import importlib.util
 import re
 import zipfile
-from pathlib import Path
 
+import pytest
 from parser_venv import SGLANG_WHEEL
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("nccl_message_sizes", REPO / "filter_plugins" / "nccl_message_sizes.py")
-ms = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ms)
+
+@pytest.fixture(scope="module")
+def ms(project_module):
+    return project_module("filter_plugins/nccl_message_sizes.py")
 
 
 def server_args_source():
@@ -34,7 +33,7 @@ def method_source(source, name):
     raise AssertionError(f"{name} not found in server_args.py")
 
 
-def test_chunk_by_gpu_memory_is_the_wheels_table():
+def test_chunk_by_gpu_memory_is_the_wheels_table(ms):
     body = method_source(server_args_source(), "_handle_gpu_memory_settings")
     memory_branch, fallback = body.split("Fallback defaults when gpu_mem is None")
     # each "gpu_mem < N * 1024" branch, then the first chunked_prefill_size it sets
@@ -47,7 +46,7 @@ def test_chunk_by_gpu_memory_is_the_wheels_table():
     assert int(re.search(r"self\.chunked_prefill_size = (\d+)", fallback).group(1)) == ms.SGLANG_CHUNK_MEMORY_UNKNOWN
 
 
-def test_speculative_requests_and_max_prefill_tokens_are_the_wheels():
+def test_speculative_requests_and_max_prefill_tokens_are_the_wheels(ms):
     source = server_args_source()
     assert re.search(r"\n    chunked_prefill_size: Optional\[int\] = None\n", source)  # unset unless given
     assert int(re.search(r"\n    max_prefill_tokens: int = (\d+)\n", source).group(1)) == ms.SGLANG_MAX_PREFILL_TOKENS

@@ -3,8 +3,6 @@ written with the safetensors package of .cache/parser-venv) served by the HTTP m
 (tests/double/model_mirror.py) or read from a directory, placed into temporary folders.
 The pure logic alone is tested in tests/unit/test_model_logic.py."""
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -21,20 +19,13 @@ sys.path.insert(0, str(REPO / "tests"))
 from model_fixtures import MirrorProcess, make_models  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def _load(name, path):
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-# The module imports its helpers as ansible.module_utils.* (ansible.cfg's module_utils path at run
-# time); make those names resolve to the repository's files here.
-for _name in ("model_manifest", "model_checks", "model_sources", "model_hub"):
-    sys.modules["ansible.module_utils." + _name] = _load("ansible.module_utils." + _name,
-                                                         REPO / "module_utils" / (_name + ".py"))
-model_module = _load("sglang_model_under_test", REPO / "library" / "sglang_model.py")
+@pytest.fixture(scope="module")
+def model_module(project_module):
+    # The module imports its helpers as ansible.module_utils.* (ansible.cfg's module_utils path at run
+    # time); make those names resolve to the repository's files here.
+    for name in ("model_manifest", "model_checks", "model_sources", "model_hub"):
+        project_module(f"module_utils/{name}.py", as_name="ansible.module_utils." + name)
+    return project_module("library/sglang_model.py")
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +42,20 @@ def mirror(models, tmp_path):
     process.stop()
 
 
-def run_model(capsys, check=False, fail=False, **args):
-    args.setdefault("label", "sglang_models_target_source")
-    with patch_module_args(dict(args, _ansible_check_mode=check)):
-        with pytest.raises(SystemExit) as exit_info:
-            model_module.main()
-    result = json.loads(capsys.readouterr().out)
-    assert (exit_info.value.code != 0) == fail, result
-    return result
+@pytest.fixture
+def run_model(model_module, capsys):
+    """Run the module with these arguments; its result, asserting it failed only when `fail`."""
+
+    def run(check=False, fail=False, **args):
+        args.setdefault("label", "sglang_models_target_source")
+        with patch_module_args(dict(args, _ansible_check_mode=check)):
+            with pytest.raises(SystemExit) as exit_info:
+                model_module.main()
+        result = json.loads(capsys.readouterr().out)
+        assert (exit_info.value.code != 0) == fail, result
+        return result
+
+    return run
 
 
 def _inodes(folder):
@@ -69,13 +66,13 @@ def _gets(mirror):
     return [(r["path"], r["range"]) for r in mirror.requests() if r["method"] == "GET"]
 
 
-def test_fresh_placement_then_a_no_op_that_hashes_nothing(capsys, models, mirror, tmp_path):
+def test_fresh_placement_then_a_no_op_that_hashes_nothing(run_model, models, mirror, tmp_path):
     dest = tmp_path / "data" / "target"
     manifest = models[1]["target"]
     args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"}, manifest=manifest,
                 revision="snapshot-1")
 
-    first = run_model(capsys, **args)
+    first = run_model(**args)
     assert first["changed"] is True and first["state"] == "placed"
     assert [f["path"] for f in first["fetch"]] == sorted(e["path"] for e in manifest)
     assert first["config"]["architectures"] == ["LlamaForCausalLM"] and first["hashed"] == []
@@ -89,19 +86,19 @@ def test_fresh_placement_then_a_no_op_that_hashes_nothing(capsys, models, mirror
     assert not list((tmp_path / "data").glob(".target.*"))  # no staging or previous folder left
 
     before = len(mirror.requests())
-    second = run_model(capsys, **args)
+    second = run_model(**args)
     assert second["changed"] is False and second["state"] == "verified"
     assert second["hashed"] == [] and second["fetch"] == []
     assert mirror.requests()[before:] == []  # nothing fetched, not even config.json
 
-    full = run_model(capsys, verify="full", **args)
+    full = run_model(verify="full", **args)
     assert full["changed"] is False and sorted(full["hashed"]) == sorted(e["path"] for e in manifest)
 
 
-def test_a_corrupted_shard_is_refetched_alone_and_swapped_in(capsys, models, mirror, tmp_path):
+def test_a_corrupted_shard_is_refetched_alone_and_swapped_in(run_model, models, mirror, tmp_path):
     dest = tmp_path / "target"
     args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"}, manifest=models[1]["target"])
-    run_model(capsys, **args)
+    run_model(**args)
     shard = dest / "model-00002-of-00002.safetensors"
     inodes = _inodes(dest)
     with open(shard, "r+b") as handle:  # same size, other bytes, mtime moves
@@ -109,7 +106,7 @@ def test_a_corrupted_shard_is_refetched_alone_and_swapped_in(capsys, models, mir
         handle.write(b"\x00" * 64)
     start = len(mirror.requests())
 
-    repaired = run_model(capsys, **args)
+    repaired = run_model(**args)
     assert repaired["changed"] is True
     assert repaired["fetch"] == [{"path": shard.name, "reason": repaired["fetch"][0]["reason"]}]
     assert repaired["fetch"][0]["reason"].startswith("sha256 ")
@@ -118,13 +115,13 @@ def test_a_corrupted_shard_is_refetched_alone_and_swapped_in(capsys, models, mir
     after = _inodes(dest)
     assert after[shard.name] != inodes[shard.name]
     assert all(after[name] == inodes[name] for name in inodes if name not in (shard.name, ".sglang-model.json"))
-    assert run_model(capsys, verify="full", **args)["changed"] is False
+    assert run_model(verify="full", **args)["changed"] is False
 
 
-def test_a_corruption_hidden_from_size_and_mtime_is_found_by_full_verify(capsys, models, mirror, tmp_path):
+def test_a_corruption_hidden_from_size_and_mtime_is_found_by_full_verify(run_model, models, mirror, tmp_path):
     dest = tmp_path / "target"
     args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"}, manifest=models[1]["target"])
-    run_model(capsys, **args)
+    run_model(**args)
     shard = dest / "model-00001-of-00002.safetensors"
     times = shard.stat()
     with open(shard, "r+b") as handle:
@@ -132,27 +129,27 @@ def test_a_corruption_hidden_from_size_and_mtime_is_found_by_full_verify(capsys,
         handle.write(b"\x01" * 8)
     os.utime(shard, ns=(times.st_atime_ns, times.st_mtime_ns))
 
-    assert run_model(capsys, check=True, **args)["changed"] is False
-    scan = run_model(capsys, check=True, verify="full", **args)
+    assert run_model(check=True, **args)["changed"] is False
+    scan = run_model(check=True, verify="full", **args)
     assert scan["changed"] is True and [f["path"] for f in scan["fetch"]] == [shard.name]
     assert scan["fetch"][0]["reason"].endswith("manifest says %s" % next(
         e["sha256"] for e in models[1]["target"] if e["path"] == shard.name))
     assert not (tmp_path / ".target.sglang-staging").exists()  # check mode fetched nothing
 
 
-def test_a_source_that_does_not_match_the_manifest_is_refused_and_nothing_is_replaced(capsys, models, tmp_path):
+def test_a_source_that_does_not_match_the_manifest_is_refused_and_nothing_is_replaced(run_model, models, tmp_path):
     source = tmp_path / "source"
     shutil.copytree(models[0] / "target", source)
     dest = tmp_path / "target"
     manifest = models[1]["target"]
-    run_model(capsys, path=str(dest), source={"type": "dir", "path": str(source)}, manifest=manifest)
+    run_model(path=str(dest), source={"type": "dir", "path": str(source)}, manifest=manifest)
     inodes, shard = _inodes(dest), "model-00002-of-00002.safetensors"
     (dest / shard).unlink()  # the node lost a shard ...
     data = bytearray((source / shard).read_bytes())  # ... and the source's copy went bad
     data[100] ^= 0xFF
     (source / shard).write_bytes(bytes(data))
 
-    refused = run_model(capsys, fail=True, path=str(dest), source={"type": "dir", "path": str(source)}, manifest=manifest)
+    refused = run_model(fail=True, path=str(dest), source={"type": "dir", "path": str(source)}, manifest=manifest)
     expected = next(e for e in manifest if e["path"] == shard)
     assert "does not match the pinned manifest: %s has %d bytes with sha256 " % (shard, expected["size"]) in refused["msg"]
     assert "the manifest says %d bytes with sha256 %s" % (expected["size"], expected["sha256"]) in refused["msg"]
@@ -160,13 +157,13 @@ def test_a_source_that_does_not_match_the_manifest_is_refused_and_nothing_is_rep
     assert all(remaining[name] == inodes[name] for name in remaining)  # the folder is as it was
 
 
-def test_an_interrupted_fetch_is_resumed_from_its_partial_file(capsys, models, tmp_path):
+def test_an_interrupted_fetch_is_resumed_from_its_partial_file(run_model, models, tmp_path):
     shard = "model-00001-of-00002.safetensors"
     cutting = MirrorProcess(models[0], tmp_path / "cut.log", cuts=[("target/" + shard, 300000)])
     dest = tmp_path / "target"
     args = dict(path=str(dest), manifest=models[1]["target"])
     try:
-        interrupted = run_model(capsys, fail=True, source={"type": "http", "url": cutting.url + "/target"}, **args)
+        interrupted = run_model(fail=True, source={"type": "http", "url": cutting.url + "/target"}, **args)
     finally:
         cutting.stop()
     assert "was interrupted after 300000 of" in interrupted["msg"] or "ended %s after 300000" % shard in interrupted["msg"]
@@ -176,7 +173,7 @@ def test_an_interrupted_fetch_is_resumed_from_its_partial_file(capsys, models, t
 
     resuming = MirrorProcess(models[0], tmp_path / "resume.log")
     try:
-        done = run_model(capsys, source={"type": "http", "url": resuming.url + "/target"}, **args)
+        done = run_model(source={"type": "http", "url": resuming.url + "/target"}, **args)
         gets = _gets(resuming)
     finally:
         resuming.stop()
@@ -185,10 +182,10 @@ def test_an_interrupted_fetch_is_resumed_from_its_partial_file(capsys, models, t
     assert (dest / shard).read_bytes() == (models[0] / "target" / shard).read_bytes()
 
 
-def test_not_enough_disk_is_refused_before_anything_is_fetched(capsys, models, mirror, tmp_path, monkeypatch):
+def test_not_enough_disk_is_refused_before_anything_is_fetched(model_module, run_model, models, mirror, tmp_path, monkeypatch):
     monkeypatch.setattr(model_module, "_available", lambda path: 1000)
     dest = tmp_path / "target"
-    refused = run_model(capsys, fail=True, path=str(dest), source={"type": "http", "url": mirror.url + "/target"},
+    refused = run_model(fail=True, path=str(dest), source={"type": "http", "url": mirror.url + "/target"},
                         manifest=models[1]["target"])
     needed = sum(e["size"] for e in models[1]["target"])
     assert refused["msg"] == ("not enough free space for sglang_models_target_source: the files still to fetch need "
@@ -197,9 +194,9 @@ def test_not_enough_disk_is_refused_before_anything_is_fetched(capsys, models, m
     assert mirror.requests() == [] and not dest.exists()
 
 
-def test_check_mode_reads_config_and_mapping_tensors_from_the_source(capsys, models, mirror, tmp_path):
+def test_check_mode_reads_config_and_mapping_tensors_from_the_source(run_model, models, mirror, tmp_path):
     dest = tmp_path / "draft"
-    scan = run_model(capsys, check=True, path=str(dest), source={"type": "http", "url": mirror.url + "/draft"},
+    scan = run_model(check=True, path=str(dest), source={"type": "http", "url": mirror.url + "/draft"},
                      manifest=models[1]["draft"], inspect_tensors=["d2t", "t2d"])
     assert scan["changed"] is True and not dest.exists()
     assert scan["config"]["architectures"] == ["LlamaForCausalLMEagle3"]
@@ -207,24 +204,24 @@ def test_check_mode_reads_config_and_mapping_tensors_from_the_source(capsys, mod
     assert all(r["range"] for r in mirror.requests())  # only byte ranges: config.json and headers
 
 
-def test_ownership_drift_and_a_swap_stopped_halfway_are_repaired(capsys, models, mirror, tmp_path):
+def test_ownership_drift_and_a_swap_stopped_halfway_are_repaired(run_model, models, mirror, tmp_path):
     dest = tmp_path / "target"
     args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"}, manifest=models[1]["target"])
-    run_model(capsys, **args)
+    run_model(**args)
     (dest / "config.json").chmod(0o666)
-    fixed = run_model(capsys, **args)
+    fixed = run_model(**args)
     assert fixed["changed"] is True and fixed["ownership"] == [str(dest / "config.json")]
     assert stat.S_IMODE((dest / "config.json").stat().st_mode) == 0o644
 
     dest.rename(tmp_path / ".target.sglang-previous")  # stopped between the two renames
     start = len(mirror.requests())
-    back = run_model(capsys, **args)
+    back = run_model(**args)
     assert back["changed"] is True and dest.is_dir() and not (tmp_path / ".target.sglang-previous").exists()
     assert mirror.requests()[start:] == []  # every file was hard-linked back, none fetched
 
 
-def test_an_unmanaged_folder_is_only_read(capsys, models):
-    result = run_model(capsys, path=str(models[0] / "draft"), inspect_tensors=["d2t"])
+def test_an_unmanaged_folder_is_only_read(run_model, models):
+    result = run_model(path=str(models[0] / "draft"), inspect_tensors=["d2t"])
     assert result["state"] == "unmanaged" and result["changed"] is False
     assert result["tensors"] == {"d2t": [512]}
     assert sorted(f["path"] for f in result["files"]) == ["config.json", "model.safetensors"]
@@ -243,12 +240,12 @@ def hub(models, tmp_path):
     process.stop()
 
 
-def test_a_hub_source_at_a_pinned_commit_records_its_manifest_on_first_fetch(capsys, models, hub, tmp_path,
+def test_a_hub_source_at_a_pinned_commit_records_its_manifest_on_first_fetch(run_model, models, hub, tmp_path,
                                                                               parser_python):
     dest = tmp_path / "target"
     args = dict(path=str(dest), hf_python=str(parser_python), hf_token=TOKEN,
                 source={"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url})
-    first = run_model(capsys, **args)
+    first = run_model(**args)
     assert first["changed"] is True and first["state"] == "placed"
     expected = sorted(models[1]["target"], key=lambda e: e["path"])
     record = json.loads((dest / ".sglang-model.json").read_text())
@@ -264,41 +261,41 @@ def test_a_hub_source_at_a_pinned_commit_records_its_manifest_on_first_fetch(cap
     assert TOKEN not in json.dumps(first)
 
     before = len(hub.requests())
-    second = run_model(capsys, **args)
+    second = run_model(**args)
     assert second["changed"] is False and second["hashed"] == []
     assert hub.requests()[before:] == []  # the recorded manifest of a pinned commit: the Hub is not asked
 
 
-def test_a_hub_branch_instead_of_a_commit_is_refused(capsys, tmp_path, parser_python):
-    refused = run_model(capsys, fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
+def test_a_hub_branch_instead_of_a_commit_is_refused(run_model, tmp_path, parser_python):
+    refused = run_model(fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
                         source={"type": "hf", "repo": "example/target", "revision": "main"})
     assert refused["msg"] == ("sglang_models_target_source.revision must be the commit hash of the files "
                               "(40 hex digits), not a branch or tag that can move: 'main'")
 
 
-def test_a_hub_without_the_token_is_refused_naming_the_repository(capsys, hub, tmp_path, parser_python):
-    refused = run_model(capsys, fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
+def test_a_hub_without_the_token_is_refused_naming_the_repository(run_model, hub, tmp_path, parser_python):
+    refused = run_model(fail=True, path=str(tmp_path / "t"), hf_python=str(parser_python),
                         source={"type": "hf", "repo": "example/target", "revision": COMMIT, "endpoint": hub.url})
     assert refused["msg"].startswith("huggingface_hub (%s) failed on example/target at %s: " % (parser_python, COMMIT))
     assert not (tmp_path / "t").exists()
 
 
-def test_a_newly_pinned_sha256_is_not_vouched_for_by_the_old_mtime(capsys, models, mirror, tmp_path):
+def test_a_newly_pinned_sha256_is_not_vouched_for_by_the_old_mtime(run_model, models, mirror, tmp_path):
     dest = tmp_path / "target"
     manifest = models[1]["target"]
     args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"})
-    run_model(capsys, manifest=manifest, **args)
+    run_model(manifest=manifest, **args)
     pinned = [dict(e, sha256="0" * 64) if e["path"] == "config.json" else e for e in manifest]
     inodes = _inodes(dest)
-    refused = run_model(capsys, fail=True, manifest=pinned, **args)  # the mirror still serves the old bytes
+    refused = run_model(fail=True, manifest=pinned, **args)  # the mirror still serves the old bytes
     assert "does not match the pinned manifest: config.json" in refused["msg"]
     assert _inodes(dest) == inodes
-    back = run_model(capsys, manifest=manifest, **args)  # the old pin again: verified by stat, leftovers removed
+    back = run_model(manifest=manifest, **args)  # the old pin again: verified by stat, leftovers removed
     assert back["hashed"] == [] and back["leftovers"] == [str(tmp_path / ".target.sglang-staging")]
 
 
-def test_a_missing_unmanaged_folder_names_the_server_argument(capsys, tmp_path):
-    refused = run_model(capsys, fail=True, path=str(tmp_path / "absent"), path_var="sglang_server_args.model_path")
+def test_a_missing_unmanaged_folder_names_the_server_argument(run_model, tmp_path):
+    refused = run_model(fail=True, path=str(tmp_path / "absent"), path_var="sglang_server_args.model_path")
     assert refused["msg"] == ("sglang_server_args.model_path: %s has no config.json: the model folder is missing or "
                               "incomplete, and sglang_models_target_source gives no source to fetch it from"
                               % (tmp_path / "absent"))

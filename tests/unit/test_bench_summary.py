@@ -2,7 +2,6 @@
 bench_serving's real format: tests/fixtures/bench_serving/*.jsonl are lines written by the real
 SGLang 0.5.9 client (see the README there); synthetic lines reuse exactly those keys."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,12 +9,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "bench_serving"
-_spec = importlib.util.spec_from_file_location("bench_summary", REPO / "filter_plugins" / "bench_summary.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
-_double_spec = importlib.util.spec_from_file_location("bench_serving_double", REPO / "tests" / "double" / "bench_serving_double.py")
-bench_double = importlib.util.module_from_spec(_double_spec)
-_double_spec.loader.exec_module(bench_double)
+
+
+@pytest.fixture(scope="module")
+def bench(project_module):
+    return project_module("filter_plugins/bench_summary.py")
+
+
+@pytest.fixture(scope="module")
+def bench_double(project_module):
+    return project_module("tests/double/bench_serving_double.py")
+
 
 # The seed's measurements (production_v2.md): at C=1 topk 1 + spec v2 made 86.8 tok/s, no
 # speculation 92.7; above C=30 speculation matched or beat the baseline. The other levels are
@@ -59,7 +63,7 @@ def _seed_runs():
 
 # --------------------------------------------------------------------------- the parser
 
-def test_real_line_with_speculation_parses():
+def test_real_line_with_speculation_parses(bench):
     result = bench.parse_result(_fixture("eagle3-topk1-c4.jsonl"))
     assert result["max_concurrency"] == 4
     assert result["accept_length"] == 2.7
@@ -71,13 +75,13 @@ def test_real_line_with_speculation_parses():
     assert result["server_version"] == "0.5.9"
 
 
-def test_real_baseline_line_has_no_accept_length():
+def test_real_baseline_line_has_no_accept_length(bench):
     result = bench.parse_result(_fixture("baseline-c1.jsonl"))
     assert result["accept_length"] is None
     assert result["max_concurrency"] == 1
 
 
-def test_infinity_and_nan_are_read_but_never_written_back():
+def test_infinity_and_nan_are_read_but_never_written_back(bench):
     text = _fixture("baseline-c8.jsonl")
     assert '"request_rate": Infinity' in text  # bench_serving's own encoding of float("inf")
     line = json.loads(text)
@@ -87,7 +91,7 @@ def test_infinity_and_nan_are_read_but_never_written_back():
     json.dumps(result, allow_nan=False)  # strict JSON
 
 
-def test_the_last_line_counts_because_bench_serving_appends():
+def test_the_last_line_counts_because_bench_serving_appends(bench):
     text = _line(8, 100.0, None) + _line(8, 200.0, None)
     assert bench.parse_result(text)["output_throughput"] == 200.0
 
@@ -99,18 +103,18 @@ def test_the_last_line_counts_because_bench_serving_appends():
     ("[1, 2]\n", "not a bench_serving result object"),
     ('{"backend": "sglang", "completed": 3}\n', "missing max_concurrency"),
 ])
-def test_what_is_not_bench_serving_output_is_refused(text, message):
+def test_what_is_not_bench_serving_output_is_refused(bench, text, message):
     with pytest.raises(bench.BenchSummaryError, match=message):
         bench.parse_result(text)
 
 
-def test_the_test_double_writes_bench_servings_keys_in_order():
+def test_the_test_double_writes_bench_servings_keys_in_order(bench, bench_double):
     real = json.loads(_fixture("eagle3-topk1-c4.jsonl"))
     assert tuple(real) == bench_double.RESULT_KEYS
     assert set(bench.REQUIRED) <= set(real)
 
 
-def test_filter_raises_ansibles_error():
+def test_filter_raises_ansibles_error(bench):
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError):
@@ -119,7 +123,7 @@ def test_filter_raises_ansibles_error():
 
 # --------------------------------------------------------------------------- the summary
 
-def test_seed_table_winner_per_level():
+def test_seed_table_winner_per_level(bench):
     summary = bench.summarize(_seed_runs(), configurations=[{"name": "production", "production": True}],
                               production="production", measured_at="2026-01-01T00:00:00Z")
     assert [c["name"] for c in summary["configurations"]] == ["production", "baseline"]
@@ -137,7 +141,7 @@ def test_seed_table_winner_per_level():
     json.dumps(summary, allow_nan=False)
 
 
-def test_failed_runs_are_listed_and_excluded_from_winners():
+def test_failed_runs_are_listed_and_excluded_from_winners(bench):
     runs = [
         {"configuration": "production", "concurrency": 1, "rc": 0, "num_prompts": 4, "jsonl": _line(1, 86.8, 2.3)},
         {"configuration": "baseline", "concurrency": 1, "rc": 124, "error": "", "jsonl": None},
@@ -160,7 +164,7 @@ def test_failed_runs_are_listed_and_excluded_from_winners():
     assert rows[4]["winner"] == "baseline" and rows[4]["production_vs_winner"] is None
 
 
-def test_a_tie_goes_to_production():
+def test_a_tie_goes_to_production(bench):
     runs = [
         {"configuration": "production", "concurrency": 1, "rc": 0, "jsonl": _line(1, 90.0, 2.0)},
         {"configuration": "alt", "concurrency": 1, "rc": 0, "jsonl": _line(1, 90.0, 2.0)},
@@ -169,12 +173,12 @@ def test_a_tie_goes_to_production():
     assert summary["rows"][0]["winner"] == "production"
 
 
-def test_a_result_for_another_concurrency_is_not_trusted():
+def test_a_result_for_another_concurrency_is_not_trusted(bench):
     summary = bench.summarize([{"configuration": "production", "concurrency": 2, "rc": 0, "jsonl": _line(4, 1.0, None)}])
     assert summary["failures"][0]["message"].endswith("the result line says max_concurrency 4")
 
 
-def test_latency_metric_picks_the_lowest():
+def test_latency_metric_picks_the_lowest(bench):
     runs = [
         {"configuration": "production", "concurrency": 1, "rc": 0, "jsonl": _line(1, 80.0, 2.0)},
         {"configuration": "baseline", "concurrency": 1, "rc": 0, "jsonl": _line(1, 90.0, None)},
@@ -183,7 +187,7 @@ def test_latency_metric_picks_the_lowest():
     assert summary["rows"][0]["winner"] == "baseline"  # 1000/90 ms < 1000/80 ms
 
 
-def test_bad_input_is_refused():
+def test_bad_input_is_refused(bench):
     with pytest.raises(bench.BenchSummaryError, match="concurrency must be a positive integer"):
         bench.summarize([{"configuration": "production", "concurrency": 0}])
     with pytest.raises(bench.BenchSummaryError, match="metric"):
@@ -192,7 +196,7 @@ def test_bad_input_is_refused():
         bench.summarize([], configurations=["a", "a"])
 
 
-def test_markdown_shows_configurations_side_by_side_with_winners():
+def test_markdown_shows_configurations_side_by_side_with_winners(bench):
     summary = bench.summarize(_seed_runs(), production="production")
     text = bench.summary_markdown(summary)
     lines = text.splitlines()
@@ -205,18 +209,18 @@ def test_markdown_shows_configurations_side_by_side_with_winners():
     assert "Median TTFT (ms):" in lines and "Median ITL (ms):" in lines
 
 
-def test_markdown_marks_a_production_configuration_with_another_name():
+def test_markdown_marks_a_production_configuration_with_another_name(bench):
     runs = [{"configuration": "topk1-v2", "concurrency": 1, "rc": 0, "jsonl": _line(1, 86.8, 2.3)}]
     assert "| Concurrency | topk1-v2 (production) | Winner | Production vs winner |" in \
         bench.summary_markdown(bench.summarize(runs, production="topk1-v2")).splitlines()
 
 
-def test_markdown_lists_failures():
+def test_markdown_lists_failures(bench):
     summary = bench.summarize([{"configuration": "production", "concurrency": 1, "rc": 124, "jsonl": None}])
     assert "- production at concurrency 1: bench_serving timed out (timeout killed it)" in bench.summary_markdown(summary)
 
 
-def test_summary_round_trips_through_load():
+def test_summary_round_trips_through_load(bench):
     summary = bench.summarize(_seed_runs())
     assert bench.bench_summary_load(json.dumps(summary)) == summary
     assert "error" in bench.bench_summary_load("{")
@@ -225,11 +229,11 @@ def test_summary_round_trips_through_load():
 
 # --------------------------------------------------------------------------- the client double's model
 
-def _double_throughput(kind, level):
+def _double_throughput(bench_double, kind, level):
     return bench_double.metrics(level, kind, None, 1024, 512, 16)["output_throughput"]
 
 
-def test_the_double_tells_the_seeds_configurations_apart():
+def test_the_double_tells_the_seeds_configurations_apart(bench_double):
     def info(algorithm, topk, spec_v2):
         return {"server_args": {"speculative_algorithm": algorithm, "speculative_eagle_topk": topk}, "spec_v2": spec_v2}
 
@@ -239,15 +243,15 @@ def test_the_double_tells_the_seeds_configurations_apart():
     assert bench_double.configuration(info("EAGLE3", 4, False)) == "topk4-spec-v1"
 
 
-def test_the_doubles_production_and_baseline_follow_the_seed():
-    assert _double_throughput("topk1-spec-v2", 1) == pytest.approx(86.8)
-    assert _double_throughput("baseline", 1) == pytest.approx(92.7)
+def test_the_doubles_production_and_baseline_follow_the_seed(bench_double):
+    assert _double_throughput(bench_double, "topk1-spec-v2", 1) == pytest.approx(86.8)
+    assert _double_throughput(bench_double, "baseline", 1) == pytest.approx(92.7)
     levels = [1, 2, 4, 8, 16, 24, 28, 31, 32, 64, 128, 256]
-    ahead = [level for level in levels if _double_throughput("topk1-spec-v2", level) >= _double_throughput("baseline", level)]
+    ahead = [level for level in levels if _double_throughput(bench_double, "topk1-spec-v2", level) >= _double_throughput(bench_double, "baseline", level)]
     assert ahead == [31, 32, 64, 128, 256]  # matched or beat the baseline above C=30, behind below
 
 
-def test_the_default_sweep_has_eight_levels_around_the_seeds_crossover():
+def test_the_default_sweep_has_eight_levels_around_the_seeds_crossover(bench, bench_double):
     import yaml
 
     defaults = yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())

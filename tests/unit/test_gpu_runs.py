@@ -7,33 +7,34 @@ parsed again with the project's own code: the module's parser, the NCCL choice r
 expectation filter and the tier's comparison helper.
 """
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from project_modules import load_at_collection
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = REPO / "tests" / "fixtures" / "gpu-runs"
-sys.path.insert(0, str(REPO / "module_utils"))
-sys.path.insert(0, str(REPO / "filter_plugins"))
 
-import gpu_topology_parse  # noqa: E402  pylint: disable=wrong-import-position
-import stack_expectations  # noqa: E402  pylint: disable=wrong-import-position
+# ROUND_RUNS below, a parametrize list, reads the recorded tables with the choice rule's own reader.
+nc = load_at_collection("roles/nccl_measure/files/nccl_choice.py")
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def checks_mod(project_module):
+    return project_module("tests/gpu/gpu_tier_checks.py")
 
 
-checks_mod = _load("gpu_tier_checks", REPO / "tests" / "gpu" / "gpu_tier_checks.py")
-nc = _load("nccl_choice_for_gpu_runs", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py")
+@pytest.fixture(scope="module")
+def gpu_topology_parse(project_module):
+    return project_module("module_utils/gpu_topology_parse.py", as_name="ansible.module_utils.gpu_topology_parse")
+
+
+@pytest.fixture(scope="module")
+def stack_expectations(project_module):
+    return project_module("filter_plugins/stack_expectations.py")
 
 ALL_RUNS = sorted(p for p in RUNS.iterdir() if p.is_dir())
 X2_RUNS = [p for p in ALL_RUNS if re.search(r"-h200x2\b", p.name)]
@@ -121,7 +122,7 @@ def test_gpu_topology_facts_describe_an_h200_node(run):
 
 
 @pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
-def test_raw_nvidia_smi_output_parses_to_the_same_facts(run):
+def test_raw_nvidia_smi_output_parses_to_the_same_facts(checks_mod, gpu_topology_parse, run):
     topo_m = (run / "nvidia-smi-topo-m.txt").read_text()
     query = (run / "nvidia-smi-query-gpu.csv").read_text()
     assert "\x1b[" in topo_m  # the real header's ANSI underline, which the parser must strip
@@ -135,7 +136,7 @@ def test_raw_nvidia_smi_output_parses_to_the_same_facts(run):
 
 
 @pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
-def test_stack_facts_agree_with_torch_asked_directly(run):
+def test_stack_facts_agree_with_torch_asked_directly(checks_mod, run):
     stack, report, topo = (read_json(run, n) for n in ("sglang_stack.json", "torch_report.json", "gpu_topology.json"))
     checks = checks_mod.Checks()
     checks_mod.check_stack(checks, stack, report, topo, gpus_of(run))
@@ -147,7 +148,7 @@ def test_stack_facts_agree_with_torch_asked_directly(run):
 
 
 @pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
-def test_stack_facts_meet_the_device_inventory_and_miss_the_canonical_one(run):
+def test_stack_facts_meet_the_device_inventory_and_miss_the_canonical_one(stack_expectations, run):
     group_vars = yaml.safe_load((REPO / "inventory" / "device-h200" / "group_vars" / "sglang_nodes.yml").read_text())
     prefix = "stack_verify_expected_"
     expectations = {key[len(prefix) :]: value for key, value in group_vars.items() if key.startswith(prefix)}
@@ -167,7 +168,7 @@ def test_stack_facts_meet_the_device_inventory_and_miss_the_canonical_one(run):
 
 
 @pytest.mark.parametrize("run", ALL_RUNS, ids=ids(ALL_RUNS))
-def test_wrong_gpu_count_failed_with_the_right_message(run):
+def test_wrong_gpu_count_failed_with_the_right_message(checks_mod, run):
     text = (run / "wrong-expectation.txt").read_text()
     assert "GPU preflight failed on localhost" in text
     assert (
@@ -238,7 +239,7 @@ def test_the_two_one_round_runs_together_keep_nccl_defaults():
 
 
 @pytest.mark.parametrize("run", X2_RUNS, ids=ids(X2_RUNS))
-def test_p2p_off_run_carried_the_variable_and_the_rebased_choice_holds(run):
+def test_p2p_off_run_carried_the_variable_and_the_rebased_choice_holds(checks_mod, run):
     table = records(run, "p2p-off")
     assert group_names(table) == ["defaults", "p2p-off", "p2p-off+seed-pcie", "p2p-off+proto-ll"]
     for record in table:
@@ -274,7 +275,7 @@ def test_one_gpu_measures_nothing_and_says_so(run):
     assert not (run / "nccl-p2p-off.jsonl").exists()
 
 
-def test_rebase_refuses_a_candidate_without_p2p_off():
+def test_rebase_refuses_a_candidate_without_p2p_off(checks_mod):
     table = [
         {"candidate": "defaults", "settings": {}, "us_per_allreduce": {"16384": 10.0}, "correct": True},
         {"candidate": "ll", "settings": {"NCCL_PROTO": "LL"}, "us_per_allreduce": {"16384": 9.0}, "correct": True},
@@ -293,7 +294,7 @@ def test_a_run_in_rounds_is_recorded():
 
 
 @pytest.mark.parametrize("run", ROUND_RUNS, ids=ids(ROUND_RUNS))
-def test_defaults_ran_before_between_and_after_the_candidates_rounds(run):
+def test_defaults_ran_before_between_and_after_the_candidates_rounds(checks_mod, run):
     for label, rounds, candidates in (
         ("defaults", 3, ["seed-pcie", "proto-ll"]),
         ("p2p-off", 2, ["p2p-off", "p2p-off+seed-pcie", "p2p-off+proto-ll"]),
@@ -343,7 +344,7 @@ def test_run3_keeps_nccl_defaults_and_says_why():
 # --------------------------------------------------------------------------- the tier's size check
 
 
-def test_the_tier_expects_the_sizes_the_device_inventory_and_its_gpus_make():
+def test_the_tier_expects_the_sizes_the_device_inventory_and_its_gpus_make(checks_mod):
     """tests/gpu/gpu_tier_checks.py recomputes the plan from the recorded gpu_topology facts: on H200s
     (141 GB: SGLang's 8192-token chunk) with the device inventory's EAGLE3 args and hidden 8192."""
     topo = read_json(X2_RUNS[0], "gpu_topology.json")

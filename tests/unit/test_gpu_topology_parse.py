@@ -5,12 +5,12 @@ parser-only captures and the real sources the replayable ones were built from li
 tests/fixtures/nvidia-smi/.
 """
 
-import importlib.util
 import re
 from itertools import combinations
 from pathlib import Path
 
 import pytest
+from project_modules import load_at_collection
 
 REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
@@ -18,9 +18,8 @@ FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 SOURCES = FIXTURES / "sources"
 DRIVER_DOWN = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 
-_spec = importlib.util.spec_from_file_location("gpu_topology_parse", REPO / "module_utils" / "gpu_topology_parse.py")
-parse = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(parse)
+# SHAPES and shape_cases() below, parametrize lists, apply the parser's own escape stripping.
+parse = load_at_collection("module_utils/gpu_topology_parse.py")
 
 
 def read(path):

@@ -4,7 +4,6 @@ Nothing here imports torch. The launcher's end-to-end run on the CPU (--backend 
 processes, exact environments) is tests/roles/test_nccl_bench_gloo.py.
 """
 
-import importlib.util
 import io
 import json
 import sys
@@ -15,9 +14,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "nccl_measure" / "files"
 BENCH = FILES / "nccl_allreduce_bench.py"
-_spec = importlib.util.spec_from_file_location("nccl_allreduce_bench", BENCH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+
+
+@pytest.fixture(scope="module")
+def bench(project_module):
+    return project_module("roles/nccl_measure/files/nccl_allreduce_bench.py")
+
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -31,22 +33,22 @@ def test_module_imports_without_torch():
     "text, size",
     [("16384", 16384), ("16K", 16 * KiB), ("16KiB", 16 * KiB), ("4M", 4 * MiB), ("4 MiB", 4 * MiB), ("1g", 1 << 30)],
 )
-def test_parse_size(text, size):
+def test_parse_size(bench, text, size):
     assert bench.parse_size(text) == size
 
 
-def test_default_sizes_are_decode_sized():
+def test_default_sizes_are_decode_sized(bench):
     sizes = bench.default_sizes(8192, bench.DEFAULT_BATCH_SIZES)
     assert sizes[0] == 16 * KiB and sizes[-1] == 4 * MiB and len(sizes) == 9
 
 
-def test_sizes_are_sorted_unique_and_whole_bf16():
+def test_sizes_are_sorted_unique_and_whole_bf16(bench):
     assert bench.parse_sizes("4M,16K,16384") == [16 * KiB, 4 * MiB]
     with pytest.raises(ValueError, match="bf16"):
         bench.parse_sizes("3")
 
 
-def test_candidates_parse_and_refuse_multicast():
+def test_candidates_parse_and_refuse_multicast(bench):
     got = bench.parse_candidates(
         '{"seed-pcie": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}, "b": {"NCCL_BUFFSIZE": 1024}}'
     )
@@ -65,7 +67,7 @@ def test_candidates_parse_and_refuse_multicast():
             bench.parse_candidates(text)
 
 
-def test_child_env_is_exact_and_keeps_multicast_off():
+def test_child_env_is_exact_and_keeps_multicast_off(bench):
     base = {
         "PATH": "/usr/bin",
         "CUDA_VISIBLE_DEVICES": "0,1",
@@ -85,7 +87,7 @@ def test_child_env_is_exact_and_keeps_multicast_off():
     assert bench.child_env(base, {})["NCCL_NVLS_ENABLE"] == "0"  # defaults run too
 
 
-def run_main(argv, gpus, runner=None):
+def run_main(bench, argv, gpus, runner=None):
     out, err = io.StringIO(), io.StringIO()
     old = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
@@ -97,12 +99,12 @@ def run_main(argv, gpus, runner=None):
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
-def test_fewer_than_two_gpus_measures_nothing_and_says_so(gpus, tmp_path):
+def test_fewer_than_two_gpus_measures_nothing_and_says_so(bench, gpus, tmp_path):
     def never(*_a, **_k):
         raise AssertionError("nothing may run on one GPU")
 
     choice = tmp_path / "choice.json"
-    rc, out, err = run_main(["--choice-out", str(choice)], gpus, never)
+    rc, out, err = run_main(bench, ["--choice-out", str(choice)], gpus, never)
     assert rc == bench.EXIT_NOTHING_TO_MEASURE == 3
     assert "so nothing was measured (needs at least 2 GPUs)" in err
     line = json.loads(out)
@@ -110,19 +112,19 @@ def test_fewer_than_two_gpus_measures_nothing_and_says_so(gpus, tmp_path):
     assert json.loads(choice.read_text())["settings"] is None
 
 
-def test_more_processes_than_gpus_is_a_usage_error():
-    rc, _, err = run_main(["--nproc", "4"], 2)
+def test_more_processes_than_gpus_is_a_usage_error(bench):
+    rc, _, err = run_main(bench, ["--nproc", "4"], 2)
     assert rc == 2 and "only 2 CUDA device(s)" in err
 
 
-def test_bad_arguments_exit_2():
-    assert run_main(["--sizes", "abc"], 2)[0] == 2
-    assert run_main(["--candidates", '{"x": {"NCCL_NVLS_ENABLE": "1"}}'], 2)[0] == 2
-    assert run_main(["--reps", "0"], 2)[0] == 2
-    assert run_main(["--rounds", "0"], 2)[0] == 2
+def test_bad_arguments_exit_2(bench):
+    assert run_main(bench, ["--sizes", "abc"], 2)[0] == 2
+    assert run_main(bench, ["--candidates", '{"x": {"NCCL_NVLS_ENABLE": "1"}}'], 2)[0] == 2
+    assert run_main(bench, ["--reps", "0"], 2)[0] == 2
+    assert run_main(bench, ["--rounds", "0"], 2)[0] == 2
 
 
-def test_run_plan_interleaves_the_defaults_with_every_round():
+def test_run_plan_interleaves_the_defaults_with_every_round(bench):
     plan = bench.run_plan({"a": {"NCCL_PROTO": "LL"}, "b": {"NCCL_ALGO": "Ring"}}, 2)
     assert [(r, name) for r, name, _ in plan] == [
         (1, "defaults"),
@@ -137,7 +139,7 @@ def test_run_plan_interleaves_the_defaults_with_every_round():
     assert bench.build_parser().parse_args([]).rounds == bench.DEFAULT_ROUNDS == 3
 
 
-def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(tmp_path):
+def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(bench, bench_choice_rule, tmp_path):
     calls, dirs = [], []
     table = {"defaults": 50.0, "seed-pcie": 40.0, "proto-ll": 60.0}
 
@@ -156,7 +158,7 @@ def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(tmp_pat
 
     out = tmp_path / "t.jsonl"
     argv = ["--sizes", "16K,4M", "--rounds", "2", "--out", str(out), "--choice-out", str(tmp_path / "c.json")]
-    rc, _, err = run_main(argv, 8, fake)
+    rc, _, err = run_main(bench, argv, 8, fake)
     assert rc == 0, err
     order = ["defaults", "seed-pcie", "proto-ll", "defaults", "seed-pcie", "proto-ll", "defaults"]
     assert [c[0] for c in calls] == order
@@ -175,13 +177,13 @@ def test_rounds_of_candidates_between_defaults_runs_and_a_choice_follows(tmp_pat
     ]
     choice = lines[-1]["choice"]
     assert choice["chosen"] == "seed-pcie" and choice["settings"] == {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
-    assert choice["defaults_rounds"] == 3 and choice["probe_rounds"] == 2 and choice["rule"] == bench_choice_rule()
+    assert choice["defaults_rounds"] == 3 and choice["probe_rounds"] == 2 and choice["rule"] == bench_choice_rule
     assert "| seed-pcie | 40.0 | 40.0 |" in choice["table_md"]
     assert "| 7 | defaults | 3 | 50.0 | 50.0 | 50.0 |" in choice["rounds_md"]
     assert json.loads((tmp_path / "c.json").read_text())["chosen"] == "seed-pcie"
 
 
-def test_decode_and_prefill_sizes_run_together_and_the_phases_reach_the_choice(tmp_path):
+def test_decode_and_prefill_sizes_run_together_and_the_phases_reach_the_choice(bench, tmp_path):
     """Every run measures both phases; a candidate faster at decode but slower at prefill is refused."""
     sizes_seen = []
 
@@ -201,7 +203,7 @@ def test_decode_and_prefill_sizes_run_together_and_the_phases_reach_the_choice(t
         "--decode-sizes", "16K,1M", "--prefill-sizes", "80M,40M", "--prefill-weight", "0.5",
         "--candidates", '{"proto-ll": {"NCCL_PROTO": "LL"}}', "--rounds", "2",
     ]
-    rc, out, err = run_main(argv, 2, fake)
+    rc, out, err = run_main(bench, argv, 2, fake)
     assert rc == 0, err
     assert "at decode sizes [16384, 1048576] and prefill sizes [41943040, 83886080] (bytes)" in err
     assert sizes_seen == [[16 * KiB, MiB, 40 * MiB, 80 * MiB]] * 5
@@ -217,34 +219,32 @@ def test_decode_and_prefill_sizes_run_together_and_the_phases_reach_the_choice(t
     assert "prefill sizes 0.5 in all" in choice["rule"]
 
 
-def test_one_gpu_reports_the_sizes_it_would_have_measured(tmp_path):
+def test_one_gpu_reports_the_sizes_it_would_have_measured(bench, tmp_path):
     choice = tmp_path / "choice.json"
-    rc, out, _ = run_main(["--sizes", "16K", "--prefill-sizes", "80M", "--choice-out", str(choice)], 1)
+    rc, out, _ = run_main(bench, ["--sizes", "16K", "--prefill-sizes", "80M", "--choice-out", str(choice)], 1)
     assert rc == 3
     expected = {"decode": [16 * KiB], "prefill": [80 * MiB]}
     assert json.loads(out)["phases"] == expected and json.loads(choice.read_text())["phases"] == expected
 
 
-def test_bad_weights_exit_2():
-    rc, _, err = run_main(["--decode-weight", "-1"], 2)
+def test_bad_weights_exit_2(bench):
+    rc, _, err = run_main(bench, ["--decode-weight", "-1"], 2)
     assert rc == 2 and "--decode-weight must be >= 0" in err
-    rc, _, err = run_main(["--decode-weight", "0"], 2)  # no prefill sizes: nothing would count
+    rc, _, err = run_main(bench, ["--decode-weight", "0"], 2)  # no prefill sizes: nothing would count
     assert rc == 2 and "leaves nothing to weigh" in err
-    assert run_main(["--prefill-sizes", "3M,5"], 2)[0] == 2  # 5 bytes: not whole bf16 elements
+    assert run_main(bench, ["--prefill-sizes", "3M,5"], 2)[0] == 2  # 5 bytes: not whole bf16 elements
 
 
-def bench_choice_rule():
-    spec = importlib.util.spec_from_file_location("nccl_choice_for_bench", FILES / "nccl_choice.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.RULE
+@pytest.fixture(scope="module")
+def bench_choice_rule(project_module):
+    return project_module("roles/nccl_measure/files/nccl_choice.py").RULE
 
 
-def test_a_failed_defaults_run_stops_the_measurement(tmp_path):
+def test_a_failed_defaults_run_stops_the_measurement(bench, tmp_path):
     def fail(name, candidate, sizes, world, args, tmpdir):
         return {"candidate": name, "settings": candidate, "world": world, "error": "rank 1 exited with 1"}
 
-    rc, out, _ = run_main(["--sizes", "16K"], 2, fail)
+    rc, out, _ = run_main(bench, ["--sizes", "16K"], 2, fail)
     lines = [json.loads(line) for line in out.splitlines()]
     assert rc == 1
     assert len(lines) == 1 + 3 * 3 + 1  # every planned run is listed, then the choice
@@ -252,7 +252,7 @@ def test_a_failed_defaults_run_stops_the_measurement(tmp_path):
     assert "no run under NCCL's defaults" in lines[-1]["choice"]["error"]
 
 
-def test_a_usage_error_leaves_an_earlier_table_alone(tmp_path):
+def test_a_usage_error_leaves_an_earlier_table_alone(bench, tmp_path):
     out = tmp_path / "t.jsonl"
     out.write_text("earlier table\n")
 
@@ -268,11 +268,11 @@ def test_a_usage_error_leaves_an_earlier_table_alone(tmp_path):
         sys.stderr = old
     assert rc == 2 and "cannot import torch" in err
     assert out.read_text() == "earlier table\n"
-    assert run_main(["--out", str(out), "--nproc", "3"], 2)[0] == 2
+    assert run_main(bench, ["--out", str(out), "--nproc", "3"], 2)[0] == 2
     assert out.read_text() == "earlier table\n"
 
 
-def test_a_dying_rank_stops_the_others_at_once(tmp_path):
+def test_a_dying_rank_stops_the_others_at_once(bench, tmp_path):
     """Rank 1 exits; rank 0 would wait in NCCL for ever: the run must end now, not at the timeout."""
     fake_python = tmp_path / "python"
     fake_python.write_text('#!/bin/sh\nif [ "$SGLANG_CANON_RANK" = 1 ]; then echo boom; exit 7; fi\nexec sleep 60\n')

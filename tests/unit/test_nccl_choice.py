@@ -1,7 +1,6 @@
 """roles/nccl_measure/files/nccl_choice.py: the measured-choice rule, on a real H200 NVLink capture
 (one run per setting, the format before rounds) and on made-up tables of several rounds."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,21 +8,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl" / "h200x2-nvlink-nccl.txt"
-_spec = importlib.util.spec_from_file_location(
-    "nccl_choice", REPO / "roles" / "nccl_measure" / "files" / "nccl_choice.py"
-)
-nc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nc)
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
-def fixture_records():
+@pytest.fixture(scope="module")
+def nc(project_module):
+    return project_module("roles/nccl_measure/files/nccl_choice.py")
+
+
+def fixture_records(nc):
     return nc.load_records(FIXTURE.read_text().splitlines())
 
 
-def test_fixture_lines_are_read_and_logs_skipped():
-    records = fixture_records()
+def test_fixture_lines_are_read_and_logs_skipped(nc):
+    records = fixture_records(nc)
     assert len(records) == 4  # the NCCL INFO lines and '---' are not records
     assert [nc.name_of(r) for r in records] == [
         "defaults",
@@ -34,8 +33,8 @@ def test_fixture_lines_are_read_and_logs_skipped():
     assert nc.settings_of(records[0]) == {}  # NCCL_VERSION is bookkeeping, not a setting
 
 
-def test_nvlink_capture_keeps_nccl_defaults():
-    choice = nc.choose(fixture_records())
+def test_nvlink_capture_keeps_nccl_defaults(nc):
+    choice = nc.choose(fixture_records(nc))
     assert choice["chosen"] == "defaults" and choice["settings"] == {}
     assert choice["sizes"] == [16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB, 64 * MiB]
     rows = {r["candidate"]: r for r in choice["candidates"]}
@@ -49,23 +48,23 @@ def test_nvlink_capture_keeps_nccl_defaults():
     assert "no candidate was eligible" in choice["decision"]
 
 
-def test_decode_sizes_only_still_refuse_the_seed_pair_on_nvlink():
-    choice = nc.choose(fixture_records(), sizes=[16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB])
+def test_decode_sizes_only_still_refuse_the_seed_pair_on_nvlink(nc):
+    choice = nc.choose(fixture_records(nc), sizes=[16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB])
     seed = next(r for r in choice["candidates"] if r["candidate"] == "NCCL_ALGO=Ring NCCL_PROTO=LL")
     # faster in geometric mean over decode sizes, yet 17% slower at 16 KiB: the rule keeps defaults
     assert seed["vs_defaults"] < 1.0
     assert not seed["eligible"] and choice["chosen"] == "defaults"
 
 
-def test_a_larger_noise_floor_lets_the_faster_candidate_win():
+def test_a_larger_noise_floor_lets_the_faster_candidate_win(nc):
     # with a 20% tolerance the 17% loss at 16 KiB is "noise" and the geometric-mean winner is chosen,
     # once one round of the defaults is accepted as enough (the capture has one run per setting)
     kwargs = dict(noise_floor=0.20, sizes=[16 * KiB, 256 * KiB, 2 * MiB, 4 * MiB])
-    choice = nc.choose(fixture_records(), min_default_rounds=1, **kwargs)
+    choice = nc.choose(fixture_records(nc), min_default_rounds=1, **kwargs)
     assert choice["chosen"] == "NCCL_ALGO=Ring NCCL_PROTO=LL"
     assert choice["settings"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
     # by default, one round of the defaults says nothing about between-run noise: keep them
-    choice = nc.choose(fixture_records(), **kwargs)
+    choice = nc.choose(fixture_records(nc), **kwargs)
     assert choice["chosen"] == "defaults" and choice["defaults_rounds"] == 1
     assert "measured in 1 round(s), fewer than 2" in choice["decision"]
 
@@ -87,7 +86,7 @@ def defaults(*rounds, spread=None):
 BASE = defaults(*[{16384: 50.0, 4194304: 200.0}] * 2, spread={16384: 1.0, 4194304: 2.0})
 
 
-def test_a_candidate_faster_everywhere_wins():
+def test_a_candidate_faster_everywhere_wins(nc):
     fast = rec(
         "seed-pcie",
         {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
@@ -99,7 +98,7 @@ def test_a_candidate_faster_everywhere_wins():
     assert "faster than NCCL's defaults" in choice["decision"]
 
 
-def test_measured_spread_widens_the_tolerance():
+def test_measured_spread_widens_the_tolerance(nc):
     # 10% slower at 16 KiB, but the runs were noisy (spread 2.5 us -> 7.5 us tolerance)
     noisy = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 55.0, 4194304: 120.0}, {16384: 2.5, 4194304: 1.0})
     assert nc.choose([*BASE, noisy])["chosen"] == "ll"
@@ -107,7 +106,7 @@ def test_measured_spread_widens_the_tolerance():
     assert nc.choose([*BASE, quiet])["chosen"] == "defaults"
 
 
-def test_best_geomean_among_eligible_and_min_gain():
+def test_best_geomean_among_eligible_and_min_gain(nc):
     a = rec("a", {"NCCL_PROTO": "LL"}, {16384: 45.0, 4194304: 190.0})
     b = rec("b", {"NCCL_ALGO": "Ring"}, {16384: 48.0, 4194304: 160.0})
     slow_somewhere = rec("c", {"NCCL_ALGO": "Tree"}, {16384: 60.0, 4194304: 100.0})
@@ -118,7 +117,7 @@ def test_best_geomean_among_eligible_and_min_gain():
     assert nc.choose([*BASE, tiny], min_gain=0.0)["chosen"] == "tiny"
 
 
-def test_wrong_sums_failed_runs_and_missing_sizes_are_never_chosen():
+def test_wrong_sums_failed_runs_and_missing_sizes_are_never_chosen(nc):
     corrupt = rec("ll128", {"NCCL_PROTO": "LL128"}, {16384: 10.0, 4194304: 50.0}, correct=False)
     failed = {"candidate": "hang", "settings": {"NCCL_ALGO": "Tree"}, "error": "timed out after 300 s"}
     partial = rec("partial", {"NCCL_ALGO": "Ring"}, {16384: 10.0})
@@ -130,13 +129,13 @@ def test_wrong_sums_failed_runs_and_missing_sizes_are_never_chosen():
     assert "not measured at sizes [4194304]" in why["partial"]
 
 
-def test_no_defaults_run_is_an_error():
+def test_no_defaults_run_is_an_error(nc):
     with pytest.raises(ValueError, match="no run under NCCL's defaults"):
         nc.choose([rec("a", {"NCCL_PROTO": "LL"}, {16384: 1.0})])
 
 
-def test_choice_is_json_and_renders_a_table():
-    choice = nc.choose(fixture_records())
+def test_choice_is_json_and_renders_a_table(nc):
+    choice = nc.choose(fixture_records(nc))
     json.dumps(choice)
     table = nc.markdown_table(choice)
     assert table.splitlines()[0] == "| candidate | 16 KiB | 256 KiB | 2 MiB | 4 MiB | 64 MiB | geomean | eligible |"
@@ -154,7 +153,7 @@ def test_choice_is_json_and_renders_a_table():
         assert words in choice["rule"]
 
 
-def test_load_records_skips_choice_and_skip_lines():
+def test_load_records_skips_choice_and_skip_lines(nc):
     lines = [
         json.dumps(BASE[0]),
         json.dumps({"choice": {"chosen": "defaults"}}),
@@ -170,7 +169,7 @@ def test_load_records_skips_choice_and_skip_lines():
 SEED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
 
 
-def test_rounds_are_grouped_per_setting_and_the_median_is_used():
+def test_rounds_are_grouped_per_setting_and_the_median_is_used(nc):
     table = [
         *defaults({16384: 40.0}),
         rec("seed-pcie", SEED, {16384: 30.0}, round=1),
@@ -190,7 +189,7 @@ def test_rounds_are_grouped_per_setting_and_the_median_is_used():
     assert [run["candidate"] for run in choice["runs"]] == ["defaults", "seed-pcie"] * 3
 
 
-def test_a_candidate_is_compared_with_the_best_round_of_the_defaults():
+def test_a_candidate_is_compared_with_the_best_round_of_the_defaults(nc):
     # defaults launched at 30 and 50 us: median 40, best 30, between-run noise 10/40 = 25% -> limit 37.5 us
     base = defaults({16384: 30.0}, {16384: 50.0})
     under_median = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 38.0})
@@ -204,7 +203,7 @@ def test_a_candidate_is_compared_with_the_best_round_of_the_defaults():
     assert nc.choose([*base, within])["candidates"][1]["eligible"]
 
 
-def test_the_gain_must_exceed_how_much_the_defaults_move_between_rounds():
+def test_the_gain_must_exceed_how_much_the_defaults_move_between_rounds(nc):
     # the defaults' geometric mean moved 100 -> 80 between launches: noise 10/90 = 11.1%
     base = defaults({16384: 100.0, 4194304: 100.0}, {16384: 80.0, 4194304: 80.0})
     ten = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 81.0, 4194304: 81.0})  # 10% under the median
@@ -219,7 +218,7 @@ def test_the_gain_must_exceed_how_much_the_defaults_move_between_rounds():
     assert choice["chosen"] == "ll" and "15.0% faster" in choice["decision"]
 
 
-def test_within_run_spread_is_the_median_over_rounds():
+def test_within_run_spread_is_the_median_over_rounds(nc):
     # one round of the defaults had a wild repetition (spread 60 us); the median over three rounds ignores it
     base = [rec("defaults", {}, {16384: 50.0}, {16384: s}, round=i) for i, s in enumerate((0.5, 60.0, 0.5), 1)]
     slow = rec("ll", {"NCCL_PROTO": "LL"}, {16384: 60.0}, {16384: 0.5})
@@ -227,7 +226,7 @@ def test_within_run_spread_is_the_median_over_rounds():
     assert row["noise"] == {"16384": 0.05} and not row["eligible"]
 
 
-def test_a_candidate_that_failed_in_one_round_is_not_eligible():
+def test_a_candidate_that_failed_in_one_round_is_not_eligible(nc):
     table = [
         *defaults({16384: 50.0}, {16384: 50.0}),
         rec("ll", {"NCCL_PROTO": "LL"}, {16384: 30.0}, round=1),
@@ -239,7 +238,7 @@ def test_a_candidate_that_failed_in_one_round_is_not_eligible():
     assert row["us_per_allreduce"] == {"16384": 30.0} and choice["chosen"] == "defaults"
 
 
-def test_a_failed_defaults_round_leaves_the_others():
+def test_a_failed_defaults_round_leaves_the_others(nc):
     table = [
         *defaults({16384: 50.0}),
         {"candidate": "defaults", "settings": {}, "round": 2, "error": "timed out after 120 s"},
@@ -251,7 +250,7 @@ def test_a_failed_defaults_round_leaves_the_others():
     assert choice["chosen"] == "ll"
 
 
-def test_rounds_table_lists_every_run_then_the_best_round_and_noise():
+def test_rounds_table_lists_every_run_then_the_best_round_and_noise(nc):
     table = [
         rec("defaults", {}, {16384: 30.0}, round=1, seq=1),
         rec("ll", {"NCCL_PROTO": "LL"}, {16384: 35.0}, round=1, seq=2),
@@ -278,7 +277,7 @@ CAPTURE_PHASES = {"decode": [4 * MiB], "prefill": PREFILL_SIZES}
 LL_RING, LL, RING = "NCCL_ALGO=Ring NCCL_PROTO=LL", "NCCL_PROTO=LL", "NCCL_ALGO=Ring"
 
 
-def prefill_capture(p2p_off):
+def prefill_capture(nc, p2p_off):
     """The capture's runs with P2P on, or those with NCCL_P2P_DISABLE=1 with that variable taken
     out of their settings (p2p-off alone is then the baseline), as tests/gpu/gpu_tier_checks.py does."""
     records = []
@@ -295,8 +294,8 @@ def ratio_to_best_defaults(choice, name, size):
 
 
 @pytest.mark.parametrize("p2p_off, low, high", [(False, 1.7, 2.5), (True, 3.0, 3.5)])
-def test_real_capture_forcing_ll_is_refused_at_prefill_sizes(p2p_off, low, high):
-    records = prefill_capture(p2p_off)
+def test_real_capture_forcing_ll_is_refused_at_prefill_sizes(nc, p2p_off, low, high):
+    records = prefill_capture(nc, p2p_off)
     assert len(records) == 8  # two rounds of defaults, LL+Ring, LL, Ring
     choice = nc.choose(records, phases=CAPTURE_PHASES)
     assert choice["chosen"] == "defaults" and choice["settings"] == {}
@@ -314,8 +313,8 @@ def test_real_capture_forcing_ll_is_refused_at_prefill_sizes(p2p_off, low, high)
 
 
 @pytest.mark.parametrize("p2p_off", [False, True])
-def test_real_capture_ring_alone_matches_the_defaults_at_prefill_sizes(p2p_off):
-    choice = nc.choose(prefill_capture(p2p_off), phases=CAPTURE_PHASES)
+def test_real_capture_ring_alone_matches_the_defaults_at_prefill_sizes(nc, p2p_off):
+    choice = nc.choose(prefill_capture(nc, p2p_off), phases=CAPTURE_PHASES)
     ring = next(r for r in choice["candidates"] if r["candidate"] == RING)
     base = choice["candidates"][0]
     for size in PREFILL_SIZES:  # within 4% of the defaults' median at every prefill size
@@ -325,8 +324,8 @@ def test_real_capture_ring_alone_matches_the_defaults_at_prefill_sizes(p2p_off):
     assert choice["chosen"] == "defaults"
 
 
-def test_real_capture_table_marks_prefill_sizes_and_each_phase():
-    table = nc.markdown_table(nc.choose(prefill_capture(False), phases=CAPTURE_PHASES)).splitlines()
+def test_real_capture_table_marks_prefill_sizes_and_each_phase(nc):
+    table = nc.markdown_table(nc.choose(prefill_capture(nc, False), phases=CAPTURE_PHASES)).splitlines()
     assert table[0] == (
         "| candidate | 4 MiB | prefill 16 MiB | prefill 32 MiB | prefill 64 MiB | prefill 128 MiB "
         "| decode vs defaults | prefill vs defaults | geomean | eligible |"
@@ -343,7 +342,7 @@ def phased(name, settings, decode_us, prefill_us, **extra):
 PHASED_BASE = [phased("defaults", {}, 50.0, 250.0, round=i) for i in (1, 2)]
 
 
-def test_a_decode_win_with_a_prefill_loss_beyond_noise_is_refused():
+def test_a_decode_win_with_a_prefill_loss_beyond_noise_is_refused(nc):
     # 30% faster at decode, 10% slower at prefill (noise 5%): refused, whatever the weights
     ll = phased("ll", {"NCCL_PROTO": "LL"}, 35.0, 275.0)
     for weights in (None, {"prefill": 0.0}, {"decode": 10.0}):
@@ -353,7 +352,7 @@ def test_a_decode_win_with_a_prefill_loss_beyond_noise_is_refused():
         assert row["why"].startswith("slower than NCCL's defaults (best round) beyond noise at 67108864 B (prefill)")
 
 
-def test_phase_weights_decide_between_a_decode_gain_and_a_prefill_cost_within_noise():
+def test_phase_weights_decide_between_a_decode_gain_and_a_prefill_cost_within_noise(nc):
     # 10% faster at decode, 4% slower at prefill (within the 5% noise floor): eligible either way
     ll = phased("ll", {"NCCL_PROTO": "LL"}, 45.0, 260.0)
     equal = nc.choose([*PHASED_BASE, ll])
@@ -366,10 +365,10 @@ def test_phase_weights_decide_between_a_decode_gain_and_a_prefill_cost_within_no
     assert "prefill sizes 3 in all" in prefill_heavy["rule"]
 
 
-def test_phases_come_from_the_table_and_old_tables_are_all_decode():
+def test_phases_come_from_the_table_and_old_tables_are_all_decode(nc):
     assert nc.phases_of(PHASED_BASE) == {"decode": [16384], "prefill": [64 * MiB]}
     assert nc.phases_of(BASE) is None
-    old = nc.choose(fixture_records())
+    old = nc.choose(fixture_records(nc))
     assert old["phases"] == {"decode": old["sizes"], "prefill": []} and old["rule"] == nc.RULE
     # each phase counts as a whole; a size in both phases gets both shares
     weights = nc.size_weights([1, 2, 3, 4], {"decode": [1, 2, 3], "prefill": [3, 4]}, {"decode": 3.0})
@@ -389,6 +388,6 @@ def test_phases_come_from_the_table_and_old_tables_are_all_decode():
         ({"verify": 1}, "unknown phase 'verify'"),
     ],
 )
-def test_bad_weights_are_refused(weights, needle):
+def test_bad_weights_are_refused(nc, weights, needle):
     with pytest.raises(ValueError, match=needle):
         nc.choose(PHASED_BASE, weights=weights)

@@ -1,17 +1,18 @@
 """filter_plugins/nccl_settings.py: what NCCL accepts, which settings a node gets, how they are rendered."""
 
 import ast
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("nccl_settings", REPO / "filter_plugins" / "nccl_settings.py")
-ns = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ns)
 
-errors = ns.nccl_settings_errors
+@pytest.fixture(scope="module")
+def ns(project_module):
+    return project_module("filter_plugins/nccl_settings.py")
+
+
+@pytest.fixture(scope="module")
+def errors(ns):
+    return ns.nccl_settings_errors
 
 
 # --------------------------------------------------------------------------- valid values
@@ -50,7 +51,7 @@ errors = ns.nccl_settings_errors
         {"NCCL_SOCKET_IFNAME": "=ens1f0"},
     ],
 )
-def test_accepts_what_nccl_accepts(settings):
+def test_accepts_what_nccl_accepts(errors, settings):
     assert errors(settings) == []
 
 
@@ -95,24 +96,24 @@ def test_accepts_what_nccl_accepts(settings):
         ({"NCCL_PROTO": ""}, "empty"),
     ],
 )
-def test_refuses_and_names_the_variable(settings, needle):
+def test_refuses_and_names_the_variable(errors, settings, needle):
     found = errors(settings, "nccl_tuning_settings")
     assert len(found) == 1, found
     assert found[0].startswith("nccl_tuning_settings: ")
     assert needle in found[0]
 
 
-def test_reports_every_problem_at_once():
+def test_reports_every_problem_at_once(errors):
     found = errors({"NCCL_PROTO": "XX", "NCCL_ALGO": "YY", "NCCL_FOO": "1"})
     assert len(found) == 3
     assert [e.split(":")[1].split()[0].split("=")[0] for e in found] == ["NCCL_ALGO", "NCCL_FOO", "NCCL_PROTO"]
 
 
-def test_not_a_mapping():
+def test_not_a_mapping(errors):
     assert "must be a mapping" in errors(["NCCL_PROTO=LL"], "x")[0]
 
 
-def test_candidate_errors_refuse_multicast_and_empty_candidates():
+def test_candidate_errors_refuse_multicast_and_empty_candidates(ns):
     assert ns.nccl_candidate_errors({"key": "a", "value": {"NCCL_PROTO": "LL"}}) == []
     assert "non-empty" in ns.nccl_candidate_errors({"key": "a", "value": {}})[0]
     msg = ns.nccl_candidate_errors({"key": "nvls", "value": {"NCCL_NVLS_ENABLE": "1"}})
@@ -125,7 +126,7 @@ def test_candidate_errors_refuse_multicast_and_empty_candidates():
 # --------------------------------------------------------------------------- normalize and render
 
 
-def test_normalize_makes_sorted_strings():
+def test_normalize_makes_sorted_strings(ns):
     assert ns.nccl_settings_normalize({"NCCL_PROTO": "LL", "NCCL_BUFFSIZE": 4194304}) == {
         "NCCL_BUFFSIZE": "4194304",
         "NCCL_PROTO": "LL",
@@ -134,14 +135,14 @@ def test_normalize_makes_sorted_strings():
     assert ns.nccl_settings_normalize(None) == {}
 
 
-def test_nccl_conf_block_is_plain_name_value_lines():
+def test_nccl_conf_block_is_plain_name_value_lines(ns):
     assert (
         ns.nccl_conf_block({"NCCL_PROTO": "LL", "NCCL_ALGO": "allreduce:tree;broadcast:ring"})
         == "NCCL_ALGO=allreduce:tree;broadcast:ring\nNCCL_PROTO=LL"
     )
 
 
-def test_sitecustomize_block_is_python_that_only_sets_defaults(monkeypatch):
+def test_sitecustomize_block_is_python_that_only_sets_defaults(ns, monkeypatch):
     block = ns.nccl_sitecustomize_block({"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"})
     ast.parse(block)
     assert 'environ.setdefault("NCCL_ALGO", "Ring")' in block
@@ -155,7 +156,7 @@ def test_sitecustomize_block_is_python_that_only_sets_defaults(monkeypatch):
     assert "_sglang_canon_os" not in namespace  # leaves nothing behind in sitecustomize's namespace
 
 
-def test_setting_reasons_flag_a_missing_reason():
+def test_setting_reasons_flag_a_missing_reason(ns):
     got = ns.nccl_setting_reasons({"NCCL_PROTO": "LL", "NCCL_DEBUG": "INFO"}, {"NCCL_PROTO": "low latency"})
     assert got == {
         "NCCL_DEBUG": "No reason recorded (add one to nccl_tuning_setting_reasons).",
@@ -173,19 +174,19 @@ def topo(interconnect, count=8):
     return {"gpu_count": count, "interconnect": interconnect, "gpus": [], "links": [], "nvlink": interconnect != "pcie"}
 
 
-def test_pcie_node_gets_the_seed_set():
+def test_pcie_node_gets_the_seed_set(ns):
     got = ns.select_settings(topo("pcie"), None, BY)
     assert got["settings"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"}
     assert got["source"] == "pcie default" and got["interconnect"] == "pcie"
 
 
 @pytest.mark.parametrize("kind", ["nvlink", "mixed"])
-def test_nvlink_and_mixed_nodes_keep_nccl_defaults(kind):
+def test_nvlink_and_mixed_nodes_keep_nccl_defaults(ns, kind):
     got = ns.select_settings(topo(kind), None, BY)
     assert got["settings"] == {} and got["source"] == f"{kind} default"
 
 
-def test_explicit_settings_always_win_even_empty():
+def test_explicit_settings_always_win_even_empty(ns):
     got = ns.select_settings(topo("pcie"), {}, BY)
     assert got["settings"] == {} and got["source"] == "inventory"
     got = ns.select_settings(
@@ -194,12 +195,12 @@ def test_explicit_settings_always_win_even_empty():
     assert got["settings"] == {"NCCL_DEBUG": "INFO"} and got["source"] == "inventory"
 
 
-def test_inventory_mapping_per_interconnect_is_used():
+def test_inventory_mapping_per_interconnect_is_used(ns):
     got = ns.select_settings(topo("nvlink"), None, dict(BY, nvlink={"NCCL_DEBUG": "WARN"}))
     assert got["settings"] == {"NCCL_DEBUG": "WARN"}
 
 
-def test_interconnect_override_beats_the_facts():
+def test_interconnect_override_beats_the_facts(ns):
     assert ns.select_settings(topo("nvlink"), None, BY, interconnect="pcie")["settings"] == {
         "NCCL_ALGO": "Ring",
         "NCCL_PROTO": "LL",
@@ -207,12 +208,12 @@ def test_interconnect_override_beats_the_facts():
     assert ns.select_settings({}, None, BY, interconnect="pcie")["source"] == "pcie default"
 
 
-def test_single_gpu_keeps_defaults():
+def test_single_gpu_keeps_defaults(ns):
     got = ns.select_settings(topo("pcie", count=1), None, BY)
     assert got["settings"] == {} and got["source"] == "single gpu"
 
 
-def test_measurement_is_used_only_when_asked():
+def test_measurement_is_used_only_when_asked(ns):
     measured = {"chosen": "seed-pcie", "settings": {"NCCL_PROTO": "LL"}, "rule": "r"}
     assert ns.select_settings(topo("nvlink"), None, BY, measurement=measured)["settings"] == {}
     got = ns.select_settings(topo("nvlink"), None, BY, measurement=measured, use_measurement=True)
@@ -223,7 +224,7 @@ def test_measurement_is_used_only_when_asked():
         )
 
 
-def test_unknown_topology_is_an_error():
+def test_unknown_topology_is_an_error(ns):
     with pytest.raises(ValueError, match="gpu_preflight"):
         ns.select_settings({}, None, BY)
     with pytest.raises(ValueError, match="'infiniband' is not one of"):

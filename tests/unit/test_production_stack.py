@@ -2,22 +2,24 @@
 them, pin builds that meet SGLang 0.5.9's own pins and the stack_verify expectations, and the
 places to fetch them from are placeholders for the operator (no index host is written here)."""
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventory" / "production"
 WHEELHOUSE_SGLANG = REPO / ".cache" / "wheelhouse" / "sglang-0.5.9-py3-none-any.whl"
 
-_SPEC = importlib.util.spec_from_file_location("sglang_pins_for_production", REPO / "module_utils" / "sglang_pins.py")
-pins = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(pins)
+
+@pytest.fixture(scope="module")
+def pins(project_module):
+    # the name library/sglang_wheel_pins.py imports it by, as test_sglang_install_pins.py loads it
+    return project_module("module_utils/sglang_pins.py", as_name="ansible.module_utils.sglang_pins")
 
 
 def host_vars():
@@ -43,7 +45,7 @@ def test_the_production_inventory_loads_the_seeds_sources():
     assert variables["sglang_model_path"] == "/data/models/target"
 
 
-def test_every_source_pin_is_a_cu130_build_that_sglangs_own_pins_accept():
+def test_every_source_pin_is_a_cu130_build_that_sglangs_own_pins_accept(pins):
     sources = host_vars()["sglang_install_sources"]
     parsed = pins.source_pins(sources)
     assert all(p["pin"].endswith("+cu130") for p in parsed)
@@ -58,7 +60,7 @@ def test_every_source_pin_is_a_cu130_build_that_sglangs_own_pins_accept():
     assert {"torch", "torchaudio", "sgl-kernel"} <= {p["canonical"] for p in parsed}
 
 
-def test_the_torch_pin_is_what_stack_verify_expects():
+def test_the_torch_pin_is_what_stack_verify_expects(pins):
     torch = next(p for p in pins.source_pins(host_vars()["sglang_install_sources"]) if p["canonical"] == "torch")
     public, _, label = torch["pin"].partition("+")
     assert public == role_default("stack_verify", "stack_verify_expected_torch_version")
