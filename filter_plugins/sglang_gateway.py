@@ -1,10 +1,13 @@
-"""Filters of roles/sglang_gateway: the workers behind a gateway, and TLS checks on the controller.
+"""Filters of roles/sglang_gateway: the workers behind a gateway (their URLs, the inventories that
+would make them unreachable or ambiguous), and TLS checks on the controller.
 
 Pure logic, unit-tested in tests/unit/test_sglang_gateway.py.
 """
 
 import datetime
 import hashlib
+import ipaddress
+from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
 
@@ -46,6 +49,53 @@ def sglang_gateway_worker_urls(hosts, hostvars):
     if not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError(f"sglang_gateway_worker_urls expects a list of host names, got {type(hosts).__name__}")
     return [worker_url(hostvars[host]) for host in hosts]
+
+
+def _only_local(host):
+    """True when a URL's host is reached only from the machine itself: loopback or unspecified."""
+    host = (host or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: whether others reach it is the DNS's business
+    return address.is_loopback or address.is_unspecified
+
+
+def _same_host(hostvars, one, other):
+    """Two inventory hosts are one machine: the same name, or the same ansible_host."""
+    if one == other:
+        return True
+    address = _get(hostvars[one], "ansible_host")
+    return address is not None and address == _get(hostvars[other], "ansible_host")
+
+
+def _names(hosts):
+    return hosts[0] if len(hosts) == 1 else ", ".join(hosts[:-1]) + " and " + hosts[-1]
+
+
+def sglang_gateway_worker_errors(hosts, hostvars, gateway):
+    """[message] of nodes the gateway `gateway` cannot tell apart or reach; [] when every node has its own URL."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError(f"sglang_gateway_worker_errors expects a list of host names, got {type(hosts).__name__}")
+    errors = []
+    by_url = {}
+    for host in hosts:
+        variables = hostvars[host]
+        url = worker_url(variables)
+        by_url.setdefault(url, []).append(host)
+        address = urlsplit(url).hostname
+        if _only_local(address) and not _same_host(hostvars, host, gateway):
+            variable = "sglang_worker_url" if _get(variables, "sglang_worker_url") else "sglang_worker_host"
+            errors.append(f"{variable} of {host}: its worker URL {url} is on {address}, which only {host} itself "
+                          f"reaches, and the gateway {gateway} is another host; expected {host}'s address as "
+                          f"{gateway} reaches it (its private address)")
+    for url, same in by_url.items():
+        if len(same) > 1:
+            errors.append(f"sglang_worker_host: {_names(same)} have the same worker URL {url}; expected a URL of "
+                          "its own for each node (each node's own address in sglang_worker_host)")
+    return errors
 
 
 def _load(cert_pem, key_pem):
@@ -112,6 +162,7 @@ class FilterModule:
     def filters(self):
         return {
             "sglang_gateway_worker_urls": sglang_gateway_worker_urls,
+            "sglang_gateway_worker_errors": sglang_gateway_worker_errors,
             "sglang_gateway_tls_errors": sglang_gateway_tls_errors,
             "sglang_gateway_cert_fingerprint": sglang_gateway_cert_fingerprint,
         }

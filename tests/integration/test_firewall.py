@@ -133,8 +133,10 @@ def fleet(node_sets):
     fleet.inventory = node_set.state_dir / "firewall-inventory.yml"
     fleet.inventory.write_text(yaml.safe_dump({"all": {"children": {
         "sglang_nodes": {
-            "hosts": {server.name: harness[server.name]},
-            # The server double stays on loopback here: the firewall is asked for by name.
+            # The gateway reaches the server at its own address (a gateway on another host never
+            # reaches a loopback worker: play 0 refuses that); the runs take --tags sglang_firewall,
+            # so the server double is not moved there. The firewall is asked for by name.
+            "hosts": {server.name: {**harness[server.name], "sglang_worker_host": server.ip}},
             "vars": {"sglang_firewall_enabled": True, "sglang_firewall_monitor_addresses": [fleet.monitor_ip]},
         },
         # Node 1 only stands in as the gateway's address (no gateway is deployed: the runs take

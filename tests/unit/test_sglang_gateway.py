@@ -39,6 +39,80 @@ def test_worker_urls_follow_each_nodes_variables_in_order(gateway):
     ]
 
 
+def test_the_sglang_roles_worker_url_default_is_the_filters_url(gateway):
+    # roles/sglang's sglang_worker_url (read on the node itself, where role defaults apply) and
+    # the filter (what the gateway registers, and sglang_service's URL) mean one URL.
+    import jinja2  # pylint: disable=import-outside-toplevel
+
+    defaults = yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())
+    rendered = jinja2.Template(defaults["sglang_worker_url"]).render(defaults)
+    assert rendered == gateway.worker_url({}) == "http://127.0.0.1:30000"
+    node = {"sglang_worker_host": "10.0.0.2", "sglang_worker_port": 31000}
+    assert jinja2.Template(defaults["sglang_worker_url"]).render(node) == gateway.worker_url(node)
+
+
+def test_sglang_service_takes_its_worker_url_from_the_filter():
+    # One function for both sides: the node leaves and rejoins under the URL the gateway registered.
+    service_vars = yaml.safe_load((REPO / "roles/sglang_service/vars/main.yml").read_text())
+    assert service_vars["__sglang_service_worker_url"] == (
+        "{{ [inventory_hostname] | sglang_gateway_worker_urls(hostvars) | first }}")
+    gateway_vars = yaml.safe_load((REPO / "roles/sglang_gateway/vars/main.yml").read_text())
+    assert "sglang_gateway_worker_urls(hostvars)" in gateway_vars["__sglang_gateway_worker_urls"]
+
+
+def _worker_errors(gateway, nodes, hostvars, on="gw"):
+    hostvars = {"gw": {"ansible_host": "10.0.0.100"}, **hostvars}
+    return gateway.sglang_gateway_worker_errors(nodes, hostvars, on)
+
+
+def test_nodes_with_their_own_addresses_behind_a_gateway_elsewhere_pass(gateway):
+    hostvars = {"a": {"sglang_worker_host": "10.0.0.1"}, "b": {"sglang_worker_host": "10.0.0.2"},
+                "c": {"sglang_worker_url": "http://node-c.internal:30000"}}
+    assert _worker_errors(gateway, ["a", "b", "c"], hostvars) == []
+
+
+def test_a_gateway_on_the_node_itself_reaches_its_loopback(gateway):
+    # the canonical single node: one host in both groups, or two names for one ansible_host
+    assert _worker_errors(gateway, ["gw"], {}) == []
+    assert _worker_errors(gateway, ["node"], {"node": {"ansible_host": "10.0.0.100"}}) == []
+
+
+@pytest.mark.parametrize("variables, variable, address", [
+    ({}, "sglang_worker_host", "127.0.0.1"),
+    ({"sglang_worker_host": "127.0.1.1"}, "sglang_worker_host", "127.0.1.1"),
+    ({"sglang_worker_host": "localhost"}, "sglang_worker_host", "localhost"),
+    ({"sglang_worker_host": "::1"}, "sglang_worker_host", "::1"),
+    ({"sglang_worker_host": "0.0.0.0"}, "sglang_worker_host", "0.0.0.0"),
+    ({"sglang_worker_url": "http://127.0.0.1:31000"}, "sglang_worker_url", "127.0.0.1"),
+])
+def test_a_loopback_node_behind_a_gateway_on_another_host_is_refused_naming_it(gateway, variables, variable, address):
+    errors = _worker_errors(gateway, ["n1"], {"n1": {"ansible_host": "10.0.0.1", **variables}})
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"{variable} of n1: its worker URL ")
+    assert f"is on {address}, which only n1 itself reaches, and the gateway gw is another host" in errors[0]
+    assert errors[0].endswith("expected n1's address as gw reaches it (its private address)")
+
+
+def test_nodes_sharing_a_worker_url_are_refused_naming_them(gateway):
+    # three nodes without sglang_worker_host, their gateway on the first: all at 127.0.0.1:30000
+    hostvars = {"gw": {}, "n2": {}, "n3": {}, "n4": {"sglang_worker_host": "10.0.0.4"}}
+    errors = gateway.sglang_gateway_worker_errors(["gw", "n2", "n3", "n4"], hostvars, "gw")
+    assert errors[-1] == ("sglang_worker_host: gw, n2 and n3 have the same worker URL http://127.0.0.1:30000; "
+                          "expected a URL of its own for each node (each node's own address in sglang_worker_host)")
+    # n2 and n3 are also out of reach of the gateway on gw; gw's own loopback is not
+    assert [e.split(":")[0] for e in errors[:-1]] == ["sglang_worker_host of n2", "sglang_worker_host of n3"]
+    two = gateway.sglang_gateway_worker_errors(
+        ["a", "b"], {"gw": {}, "a": {"sglang_worker_host": "10.0.0.9"},
+                     "b": {"sglang_worker_url": "http://10.0.0.9:30000"}}, "gw")
+    assert two == ["sglang_worker_host: a and b have the same worker URL http://10.0.0.9:30000; "
+                   "expected a URL of its own for each node (each node's own address in sglang_worker_host)"]
+
+
+def test_the_gateway_check_refuses_with_the_worker_errors():
+    check = (REPO / "roles/sglang_gateway/tasks/check.yml").read_text()
+    assert "sglang_gateway_worker_errors(hostvars, inventory_hostname)" in check
+
+
 def _pair(tmp_path, name, days=2):
     key, cert = tmp_path / f"{name}.key", tmp_path / f"{name}.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
