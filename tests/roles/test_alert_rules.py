@@ -3,10 +3,13 @@
 The rules template is rendered with the role's default thresholds, checked with
 `promtool check rules` and run against tests/roles/monitoring/rules_test.yml with
 `promtool test rules` (synthetic series: each rule fires when it should and stays silent when it
-should not). promtool is the one of Debian's prometheus package, extracted by
+should not). The watchdog's textfile (the producer of the sglang_watchdog_* series) passes
+`promtool check metrics`, and the rule tests feed only series it writes. promtool is the one of Debian's prometheus package, extracted by
 scripts/fetch-monitoring-debs into .cache/promtool/ (scripts/setup runs it).
 """
 
+import importlib.machinery
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -20,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_monitoring"
 PROMTOOL = REPO / ".cache" / "promtool" / "promtool"
 RULES_TEST = REPO / "tests" / "roles" / "monitoring" / "rules_test.yml"
+WATCHDOG = REPO / "roles" / "sglang_watchdog" / "files" / "sglang-watchdog"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,3 +91,29 @@ def test_the_rule_tests_catch_a_changed_threshold(tmp_path, overrides):
     # expect it must fail them (the tests are not blind to the values).
     done = run_rule_tests(tmp_path, render_rules(**overrides))
     assert done.returncode != 0 and "FAILED" in done.stdout + done.stderr, done.stdout
+
+
+def _watchdog_textfiles():
+    """What the watchdog writes for the textfile collector after a good, a failed and a skipped probe."""
+    loader = importlib.machinery.SourceFileLoader("sglang_watchdog_program", str(WATCHDOG))
+    wd = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(wd)
+    texts = []
+    for probe_ok, unit_state in ((True, "active"), (False, "active"), (None, "inactive")):
+        action, state, _ = wd.decide(wd.empty_state(), 1000.0, unit_state=unit_state, main_pid=1, locked=False,
+                                     probe_ok=probe_ok, threshold=3, budget=3)
+        texts.append(wd.textfile_metrics(state, action, "sglang.service"))
+    return texts
+
+
+def test_the_watchdog_textfile_passes_promtool_and_feeds_the_rule_tests():
+    texts = _watchdog_textfiles()
+    for text in texts:
+        done = subprocess.run([str(PROMTOOL), "check", "metrics"], input=text, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, text + done.stdout + done.stderr
+    written = {m.group(1) for text in texts for m in re.finditer(r'^(\w+)\{unit="sglang\.service"\} ', text, re.M)}
+    series = [case["series"] for test in yaml.safe_load(RULES_TEST.read_text())["tests"] for case in test["input_series"]]
+    fed = {re.match(r"\w+", s).group(0) for s in series if s.startswith("sglang_watchdog_")}
+    assert fed and fed <= written, f"rule tests feed watchdog series it never writes: {sorted(fed - written)}"
+    assert all('unit="sglang.service"' in s for s in series if s.startswith("sglang_watchdog_"))

@@ -9,7 +9,11 @@ The gateway host is put into the inventory group `sglang_gateways` with, as host
   sglang_gateway_tls_cert     the certificate (PEM), read from its file by a lookup
   sglang_gateway_tls_key      the private key (PEM), read from its file by a lookup
 The serving nodes get `sglang_worker_host`: their own address, where their server listens
-for the gateway.
+for the gateway. In a fleet with a monitor (`up --monitor`), the gateway also gets
+`sglang_gateway_args`: the one of inventory/testnode/group_vars/sglang_gateways.yml (read by a
+lookup, so that file stays the only copy) with `prometheus_host` set to the gateway's own address,
+so that the monitor can scrape its metrics (roles/sglang_monitoring refuses a gateway whose
+metrics listen on loopback while a monitor is another host).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from .sysops import Fail
 GATEWAY_GROUP = "sglang_gateways"
 # The role's default client port (roles/sglang_gateway/defaults/main.yml: sglang_gateway_port).
 GATEWAY_PORT = 8443
+# The test fleet's gateway arguments (a host variable replaces the group's whole mapping).
+GROUP_VARS = Path(__file__).resolve().parents[2] / "inventory" / "testnode" / "group_vars" / "sglang_gateways.yml"
 
 
 def _openssl(*args: str) -> None:
@@ -53,8 +59,15 @@ def make_tls(directory: Path, name: str, address: str) -> dict[str, Path]:
     return files
 
 
-def assign(state_dir: Path, serving: list[dict], gateway: dict) -> None:
-    """Make `gateway` the gateway of the `serving` nodes, each of which serves at its own address."""
+def monitored_args(address: str) -> str:
+    """sglang_gateway_args for a gateway that a monitor scrapes: the group's, metrics on `address`."""
+    return ("{{ (lookup('ansible.builtin.file', '%s') | from_yaml).sglang_gateway_args"
+            " | combine({'prometheus_host': '%s'}) }}" % (GROUP_VARS, address))
+
+
+def assign(state_dir: Path, serving: list[dict], gateway: dict, monitored: bool = False) -> None:
+    """Make `gateway` the gateway of the `serving` nodes, each of which serves at its own address.
+    monitored: the fleet has a monitor (`up --monitor`), so the gateway's metrics listen on its address."""
     for node in serving:
         node.setdefault("host_vars", {})["sglang_worker_host"] = node["ip"]
     tls = make_tls(state_dir / "gateway", gateway["name"], gateway["ip"])
@@ -69,3 +82,5 @@ def assign(state_dir: Path, serving: list[dict], gateway: dict) -> None:
         "sglang_gateway_tls_cert": "{{ lookup('ansible.builtin.file', '%s') }}" % tls["cert"],
         "sglang_gateway_tls_key": "{{ lookup('ansible.builtin.file', '%s') }}" % tls["key"],
     })
+    if monitored:
+        gateway["host_vars"]["sglang_gateway_args"] = monitored_args(gateway["ip"])

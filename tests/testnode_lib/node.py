@@ -668,7 +668,7 @@ def cmd_up(args) -> int:
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, group=group, peers=peers))
                 gateways = [n for n in st.nodes if n.get("group") == gateway.GATEWAY_GROUP]
                 if gateways:
-                    gateway.assign(st.dir, st.nodes[:count], gateways[0])
+                    gateway.assign(st.dir, st.nodes[:count], gateways[0], monitored=getattr(args, "monitor", False))
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
                 # Only serving nodes start from a snapshot of a converged node; a monitor or gateway

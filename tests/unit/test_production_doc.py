@@ -4,7 +4,6 @@ local connection, from the recorded facts and node files in tests/fixtures/doc/.
 from __future__ import annotations
 
 import grp
-import importlib.util
 import json
 import os
 import pwd
@@ -63,11 +62,9 @@ def _shared(name):
     return render(data[name])
 
 
-def _argv(server_args):
-    spec = importlib.util.spec_from_file_location("sglang_argv", REPO / "filter_plugins" / "sglang_argv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.sglang_argv(server_args)
+@pytest.fixture(scope="module")
+def sglang_argv(project_module):
+    return project_module("filter_plugins/sglang_argv.py").sglang_argv
 
 
 class Node:
@@ -172,10 +169,10 @@ def test_flags_are_sorted(full):
     assert flags == sorted(flags) and len(flags) == len(full["args"])
 
 
-def test_command_line_is_the_argv_filters(full):
+def test_command_line_is_the_argv_filters(full, sglang_argv):
     text = full["node"].text()
     block = text.split("```sh\n", 1)[1].split("```", 1)[0]
-    expected = _argv(full["args"])
+    expected = sglang_argv(full["args"])
     # one flag per line, joined back it is exactly launcher + argv
     words = block.replace(" \\\n  ", " ").split()
     assert words == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + expected
@@ -365,6 +362,7 @@ def test_monitoring_lists_where_metrics_and_alerts_live_and_the_thresholds_in_fo
     node.render()
     alone = _section(node.text(), "Monitoring")
     assert "No monitor in the inventory" in alone and "/metrics" in alone
+    assert "on each run that probes `/health_generate`, `sglang_watchdog_health_ok`" in alone
 
     # A monitor with one threshold of its own: the document shows it, and the role's defaults for the rest.
     node.inventory.write_text(node.inventory.read_text()
@@ -375,4 +373,5 @@ def test_monitoring_lists_where_metrics_and_alerts_live_and_the_thresholds_in_fo
     assert "/etc/prometheus/rules/sglang.rules.yml" in text
     assert "| `SGLangKVCacheNearlyFull` | `sglang:token_usage` above the threshold | > 0.9 for 5m |" in text
     assert "| `SGLangServerDown` | the server cannot be scraped (`up == 0`) | for 1m |" in text
+    assert "no value while the server is not active or a deploy holds the lock) | for 2m |" in text
     assert "`http://doc-node:30000/metrics`\n(on: `enable_metrics`)" in text

@@ -1,19 +1,26 @@
 """The watchdog's decisions (roles/sglang_watchdog/files/sglang-watchdog): pure functions only.
 
 When it probes, when it restarts, that it never loops (restart budget, no action while the server
-starts or a deploy holds the lock), and that a new server process starts the count again.
+starts or a deploy holds the lock), that a new server process starts the count again, and what
+it writes for the node exporter's textfile collector (every sglang_watchdog_* series the alert
+rules read is one it writes).
 """
 
 import importlib.machinery
 import importlib.util
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import jinja2
 import pytest
+import yaml
 
-PROGRAM = Path(__file__).resolve().parents[2] / "roles" / "sglang_watchdog" / "files" / "sglang-watchdog"
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = REPO / "roles" / "sglang_watchdog" / "files" / "sglang-watchdog"
+MONITORING = REPO / "roles" / "sglang_monitoring"
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +169,74 @@ def test_probe_ok_only_on_200_within_the_timeout(wd):
             server.close()
     ok, what = wd.probe("http://127.0.0.1:9/health_generate", 1)  # nothing listens on port 9
     assert not ok
+
+
+def _samples(text):
+    """{metric name: value} of a textfile's sample lines; every sample has its HELP and TYPE."""
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.fullmatch(r'(\w+)\{unit="sglang\.service"\} (\S+)', line)
+        assert match, line
+        name, value = match.groups()
+        assert f"# HELP {name} " in text and (f"# TYPE {name} gauge" in text or f"# TYPE {name} counter" in text), name
+        samples[name] = float(value)
+    return samples
+
+
+@pytest.mark.parametrize(("probe_ok", "health_ok"), [(True, 1), (False, 0)])
+def test_textfile_has_the_probe_result_on_a_run_that_probed(wd, probe_ok, health_ok):
+    action, state, _ = tick(wd, {**wd.empty_state(), "main_pid": 100, "restarts_total": 4}, probe_ok=probe_ok)
+    text = wd.textfile_metrics(state, action, "sglang.service")
+    assert text.endswith("\n")
+    samples = _samples(text)
+    assert samples["sglang_watchdog_health_ok"] == health_ok
+    assert samples["sglang_watchdog_restarts_total"] == 4
+    assert samples["sglang_watchdog_consecutive_failures"] == (0 if probe_ok else 1)
+    assert samples["sglang_watchdog_budget_exhausted"] == 0
+    assert "# TYPE sglang_watchdog_health_ok gauge" in text
+
+
+def test_textfile_says_failed_on_a_restart_and_on_a_refused_restart(wd):
+    action, state, _ = tick(wd, wd.empty_state(), probe_ok=False, threshold=1)
+    assert action == "restart"
+    samples = _samples(wd.textfile_metrics(state, action, "sglang.service"))
+    assert (samples["sglang_watchdog_health_ok"], samples["sglang_watchdog_restarts_total"]) == (0, 1)
+    action, state, _ = tick(wd, wd.empty_state(), probe_ok=False, threshold=1, budget=0)
+    assert action == "budget"
+    samples = _samples(wd.textfile_metrics(state, action, "sglang.service"))
+    assert (samples["sglang_watchdog_health_ok"], samples["sglang_watchdog_budget_exhausted"]) == (0, 1)
+
+
+@pytest.mark.parametrize("why", [{"unit_state": "inactive"}, {"unit_state": "activating"}, {"locked": True}])
+def test_textfile_has_no_probe_result_on_a_run_that_did_not_probe(wd, why):
+    # No value rather than the last one: the series goes stale and SGLangHealthFailing resolves
+    # (a stopped server is SGLangServerDown's); the other series are still written.
+    action, state, _ = tick(wd, {**wd.empty_state(), "failures": 2, "main_pid": 100}, probe_ok=None, **why)
+    assert action == "skip"
+    text = wd.textfile_metrics(state, action, "sglang.service")
+    samples = _samples(text)
+    assert "sglang_watchdog_health_ok" not in text
+    assert samples["sglang_watchdog_consecutive_failures"] == 0
+    assert "sglang_watchdog_last_run_timestamp_seconds" in samples
+
+
+def _rendered_rules():
+    """The alert rules as roles/sglang_monitoring writes them, from the role's defaults."""
+    values = yaml.safe_load((MONITORING / "defaults" / "main.yml").read_text())
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    text = env.from_string((MONITORING / "templates" / "sglang.rules.yml.j2").read_text())
+    return yaml.safe_load(text.render(ansible_managed="Ansible managed", **values))
+
+
+def test_every_watchdog_series_the_alert_rules_read_is_one_the_watchdog_writes(wd):
+    # The producer/consumer contract: an alert on a series nobody writes never fires.
+    read = {name for group in _rendered_rules()["groups"] for rule in group["rules"]
+            for name in re.findall(r"\bsglang_watchdog_\w+", rule["expr"])}
+    assert {"sglang_watchdog_health_ok", "sglang_watchdog_restarts_total"} <= read
+    written = set()
+    for probe_ok in (True, False):
+        action, state, _ = tick(wd, wd.empty_state(), probe_ok=probe_ok)
+        written |= set(_samples(wd.textfile_metrics(state, action, "sglang.service")))
+    assert read <= written, f"read by the rules but never written by the watchdog: {sorted(read - written)}"

@@ -1,4 +1,5 @@
-"""Scrape targets from the inventory, for roles/sglang_monitoring's prometheus.yml."""
+"""Scrape targets from the inventory, for roles/sglang_monitoring's prometheus.yml, and the targets no
+monitor can reach (refused by its check.yml)."""
 
 import ipaddress
 
@@ -69,6 +70,34 @@ def sglang_monitoring_unreachable_servers(hosts, hostvars):
     return found
 
 
+def sglang_monitoring_unreachable_gateways(hosts, hostvars, monitors, host_path):
+    """One line per gateway whose metrics no monitor of the list can scrape. Empty when all can.
+
+    host_path (dotted) is where a gateway's facts hold the address its metrics listen on: the fact
+    sglang_gateway_endpoint that roles/sglang_gateway publishes in site.yml's first play, with the
+    role's defaults applied. A gateway without it is named ('NODE: publishes no ...'), and so is one
+    listening on loopback ('NODE: sglang_gateway_args.prometheus_host is 127.0.0.1'), unless every
+    monitor is that host itself and reaches it at a loopback address (ansible_host)."""
+    if not isinstance(host_path, str) or not host_path:
+        raise AnsibleFilterError("sglang_monitoring_unreachable_gateways: host_path must be a variable name (dotted for a key)")
+    monitors = [str(m) for m in monitors or []]
+    found = []
+    for name in hosts or []:
+        variables = hostvars[name]
+        host = _lookup(variables, host_path, None)
+        if host is None:
+            found.append(f"{name}: publishes no {host_path} (site.yml's first play sets it on every gateway; "
+                         "was the gateway left out with --limit?)")
+            continue
+        host = str(host)
+        if not _is_loopback(host):
+            continue
+        local = all(m == str(name) for m in monitors) and _is_loopback(_address(name, variables))
+        if not local:
+            found.append(f"{name}: sglang_gateway_args.prometheus_host is {host}")
+    return found
+
+
 class FilterModule:
     """sglang_monitoring's filters."""
 
@@ -76,4 +105,5 @@ class FilterModule:
         return {
             "sglang_monitoring_targets": sglang_monitoring_targets,
             "sglang_monitoring_unreachable_servers": sglang_monitoring_unreachable_servers,
+            "sglang_monitoring_unreachable_gateways": sglang_monitoring_unreachable_gateways,
         }

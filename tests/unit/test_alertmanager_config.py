@@ -1,0 +1,143 @@
+"""roles/sglang_monitoring's optional Alertmanager: its configuration, command line and Prometheus's side.
+
+The templates are rendered with Ansible's own filters (to_nice_json, to_json, regex_*) and the role's
+defaults and vars, then checked by the real tools of Debian's packages: `amtool check-config` (from
+prometheus-alertmanager) accepts a configuration with a webhook receiver and refuses a route to an
+undefined receiver; `promtool check config` accepts Prometheus's configuration with the alerting
+block. Both tools are extracted by scripts/fetch-monitoring-debs (scripts/setup runs it) into
+.cache/amtool/ and .cache/promtool/: missing, the tests fail.
+"""
+
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import FilterModule as CoreFilters
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "sglang_monitoring"
+AMTOOL = REPO / ".cache" / "amtool" / "amtool"
+PROMTOOL = REPO / ".cache" / "promtool" / "promtool"
+
+WEBHOOK = {"name": "oncall", "webhook_configs": [{"url": "http://127.0.0.1:9099/hook", "send_resolved": True}]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tools():
+    for tool in (AMTOOL, PROMTOOL):
+        assert tool.is_file(), f"{tool} is missing: run scripts/fetch-monitoring-debs (scripts/setup does)"
+
+
+def _env():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), trim_blocks=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters.update(CoreFilters().filters())
+    return env
+
+
+def _variables(**overrides):
+    """The role's defaults and vars, with overrides, the vars' templates resolved (the few used here)."""
+    env = _env()
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values.update(overrides)
+    private = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    values.update({"ansible_managed": "Ansible managed", "inventory_hostname": "mon-1",
+                   "__sglang_monitoring_rules_file": private["__sglang_monitoring_rules_file"],
+                   "__sglang_monitoring_alertmanager_config_file": private["__sglang_monitoring_alertmanager_config_file"]})
+    for name in ("__sglang_monitoring_alertmanager_listen_host", "__sglang_monitoring_alertmanager_listen_port",
+                 "__sglang_monitoring_alertmanager_local_address"):
+        values[name] = env.from_string(private[name]).render(values)
+    values["__sglang_monitoring_alertmanager_args"] = [env.from_string(arg).render(values)
+                                                       for arg in private["__sglang_monitoring_alertmanager_args"]]
+    return values
+
+
+def render(name, **overrides):
+    return _env().get_template(name).render(_variables(**overrides))
+
+
+def check(tool, *args):
+    return subprocess.run([str(tool), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_webhook_receiver_passes_amtool_and_is_written_as_given(tmp_path):
+    route = {"receiver": "oncall", "group_by": ["alertname", "node"], "group_wait": "1s", "group_interval": "1s",
+             "repeat_interval": "1m"}
+    text = render("alertmanager.yml.j2", sglang_monitoring_alertmanager_receivers=[WEBHOOK],
+                  sglang_monitoring_alertmanager_route=route)
+    (tmp_path / "alertmanager.yml").write_text(text)
+    done = check(AMTOOL, "check-config", str(tmp_path / "alertmanager.yml"))
+    assert done.returncode == 0, text + done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout and " - 1 receivers" in done.stdout, done.stdout
+    assert yaml.safe_load(text) == {"route": route, "receivers": [WEBHOOK]}
+
+
+def test_the_default_route_groups_by_alert_and_node_and_passes_amtool(tmp_path):
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    route = defaults["sglang_monitoring_alertmanager_route"]
+    assert route["group_by"] == ["alertname", "node"]
+    text = render("alertmanager.yml.j2", sglang_monitoring_alertmanager_receivers=[{**WEBHOOK, "name": route["receiver"]}])
+    (tmp_path / "alertmanager.yml").write_text(text)
+    done = check(AMTOOL, "check-config", str(tmp_path / "alertmanager.yml"))
+    assert done.returncode == 0, text + done.stdout + done.stderr
+    assert yaml.safe_load(text)["route"] == route
+
+
+def test_amtool_refuses_a_route_to_an_undefined_receiver(tmp_path):
+    # What the role's validate: relies on when its own check (tasks/check.yml) is passed, e.g. a
+    # sub-route naming a receiver that does not exist.
+    route = {"receiver": "oncall", "routes": [{"matchers": ['severity="critical"'], "receiver": "pager"}]}
+    text = render("alertmanager.yml.j2", sglang_monitoring_alertmanager_receivers=[WEBHOOK],
+                  sglang_monitoring_alertmanager_route=route)
+    (tmp_path / "alertmanager.yml").write_text(text)
+    done = check(AMTOOL, "check-config", str(tmp_path / "alertmanager.yml"))
+    assert done.returncode != 0, done.stdout
+    assert 'undefined receiver "pager" used in route' in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_command_line_closes_the_gossip_port_and_listens_where_asked():
+    text = render("alertmanager.default.j2", sglang_monitoring_alertmanager_listen_address="10.0.0.7:9093")
+    (args,) = [line for line in text.splitlines() if line.startswith("ARGS=")]
+    assert args.split() == ['ARGS="--config.file=/etc/prometheus/alertmanager.yml',
+                            "--storage.path=/var/lib/prometheus/alertmanager",
+                            "--web.listen-address=10.0.0.7:9093",
+                            '--cluster.listen-address="']
+
+
+def _prometheus(tmp_path, **overrides):
+    """prometheus.yml with one job target of each kind, checked by promtool (rules file beside it)."""
+    rules = tmp_path / "sglang.rules.yml"
+    rules.write_text(render("sglang.rules.yml.j2"))
+    jobs = [{"name": "sglang", "targets": [{"node": "n1", "address": "10.0.0.2:30000"}]},
+            {"name": "node", "targets": [{"node": "n1", "address": "10.0.0.2:9100"}]},
+            {"name": "sglang_gateway", "targets": []}]
+    text = render("prometheus.yml.j2", __sglang_monitoring_jobs=jobs, **overrides)
+    text = text.replace(_variables()["__sglang_monitoring_rules_file"], str(rules))
+    (tmp_path / "prometheus.yml").write_text(text)
+    done = check(PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml"))
+    assert done.returncode == 0, text + done.stdout + done.stderr
+    return yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(("listen", "target"), [
+    ("127.0.0.1:9093", "127.0.0.1:9093"),
+    ("0.0.0.0:9093", "127.0.0.1:9093"),
+    (":9193", "127.0.0.1:9193"),
+    ("[::]:9093", "[::1]:9093"),
+    ("10.0.0.5:9093", "10.0.0.5:9093"),
+])
+def test_prometheus_sends_alerts_to_the_alertmanager_of_its_monitor_and_scrapes_it(tmp_path, listen, target):
+    config = _prometheus(tmp_path, sglang_monitoring_alertmanager_enabled=True,
+                         sglang_monitoring_alertmanager_listen_address=listen)
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert list(jobs) == ["sglang", "node", "sglang_gateway", "alertmanager"]
+    assert jobs["alertmanager"]["static_configs"] == [{"targets": [target], "labels": {"node": "mon-1"}}]
+
+
+def test_without_alertmanager_prometheus_has_no_alerting_block_nor_its_job(tmp_path):
+    config = _prometheus(tmp_path)
+    assert "alerting" not in config
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["sglang", "node", "sglang_gateway"]
