@@ -74,6 +74,20 @@ class PlaybookResult:
                     shown.append((data.get("host"), str(what), part))
         return shown
 
+    def plays_on(self, hosts):
+        """(play name, those of `hosts` with a task result in it) for each play that ran on one of
+        them, batches of a serial play each their own, in order. Plays that ran on none of them
+        (e.g. a gateway's or a monitor's, for serving nodes) are left out."""
+        names = set(hosts)
+        plays = []
+        for event in self.events:
+            data = event.get("event_data", {})
+            if event["event"] == "playbook_on_play_start":
+                plays.append((data["play"], set()))
+            elif event["event"].startswith("runner_on_") and data.get("host") in names:
+                plays[-1][1].add(data["host"])
+        return [(name, ran) for name, ran in plays if ran]
+
     def failure_messages(self):
         """The msg of every failed task, and of each failed item of a failed loop."""
         messages = []

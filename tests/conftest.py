@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import shutil
 import sys
@@ -16,28 +14,36 @@ REPO = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
 import node_state  # noqa: E402  pylint: disable=wrong-import-position
+import project_modules  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position
 from parser_venv import ensure_parser_venv  # noqa: E402  pylint: disable=wrong-import-position
 from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-position
+from gateway_fleet import GatewayFleet, fleet_inventory  # noqa: E402  pylint: disable=wrong-import-position
 
 # Test nodes of the suite live apart from the quickstart's node (.testnodes/), one folder per
 # pytest-xdist worker (each worker has its own session, so its own converged node).
 STATE_ROOT = REPO / ".cache" / "pytest-testnodes" / os.environ.get("PYTEST_XDIST_WORKER", "main")
 SNAPSHOTS = STATE_ROOT / "snapshots"
 
-# The costliest files, costliest first (minutes each on the 2-core CI machine). Under pytest-xdist
-# (pytest.ini: --dist=loadfile --no-loadscope-reorder) files are handed to the workers in
-# collection order, one more whenever a worker runs low: the long files start first and the
-# many quick ones even out the end. (xdist's default order, most tests first, handed out the
-# four-test fleet and faults files last, so one worker ran them alone at the end.) A file not
-# listed runs after these, integration files before the quick tiers.
-COSTLIEST_FIRST = (
-    "integration/test_rolling_gateway.py",
-    "integration/test_monitoring.py",
+# The files that share the gateway fleet (see gateway_fleet), in the order they run on it: the
+# gateway's own checks, the monitors', then the rolling deploys, which restart every node. Under
+# pytest-xdist (pytest.ini: --dist=loadgroup) they form one xdist group, so one worker runs them
+# one after the other on one fleet, made and converged once.
+FLEET_GROUP = "gateway-fleet"
+FLEET_FILES = (
     "integration/test_gateway.py",
+    "integration/test_monitoring.py",
+    "integration/test_rolling_gateway.py",
+)
+# The costliest files after them, costliest first (minutes each on the 2-core CI machine). Under
+# xdist (--no-loadscope-reorder) groups are handed to the workers in collection order, one more
+# whenever a worker runs low: the long ones start first and the many quick ones even out the end.
+# Every other file is a group of its own, as --dist=loadfile would make it. A file not listed
+# runs after these, integration files before the quick tiers.
+COSTLIEST_FIRST = FLEET_FILES + (
     "integration/test_watchdog.py",
-    "integration/test_firewall.py",
     "integration/test_faults.py",
+    "integration/test_firewall.py",
     "integration/test_benchmark.py",
     "integration/test_models.py",
     "integration/test_unit_integrity.py",
@@ -47,45 +53,48 @@ COSTLIEST_FIRST = (
 )
 
 
+_LAST_ON_THE_FLEET = pytest.StashKey[bool]()
+
+
+def _relative(item):
+    return item.path.resolve().relative_to(TESTS).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items):
-    """Under xdist only, order the files costliest first (see COSTLIEST_FIRST); a stable sort, so
-    each file's tests keep their order. A run without xdist keeps the tiers' order."""
+    """Under xdist only: one xdist group per file, one for the fleet's files (FLEET_GROUP), and
+    the costliest first (see COSTLIEST_FIRST); a stable sort, so each file's tests keep their
+    order. A run without xdist keeps the tiers' order. Either way the last test of the fleet's
+    files is marked: the fleet goes down after it (pytest_runtest_teardown)."""
+    fleet_items = [item for item in items if _relative(item) in FLEET_FILES]
+    if fleet_items:
+        fleet_items[-1].stash[_LAST_ON_THE_FLEET] = True
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
 
     def rank(item):
-        relative = item.path.resolve().relative_to(TESTS).as_posix()
+        relative = _relative(item)
         if relative in COSTLIEST_FIRST:
             return (0, COSTLIEST_FIRST.index(relative))
         return (1 if relative.startswith("integration/") else 2, 0)
 
+    for item in items:
+        relative = _relative(item)
+        item.add_marker(pytest.mark.xdist_group(FLEET_GROUP if relative in FLEET_FILES else relative))
     items.sort(key=rank)
+    if fleet_items:  # the sort keeps the group's order: its last test is still the last on the fleet
+        assert max(items.index(item) for item in fleet_items) == items.index(fleet_items[-1])
 
 
 @pytest.fixture(scope="session")
 def project_module():
     """Load a Python file of the project (a filter, module or script) by its path from the repository root.
 
-    Plugins and role scripts are not packages, so tests load them by path; each file is loaded
-    once per session. `as_name` also registers it in sys.modules under that name, e.g. the
-    ansible.module_utils name a module imports it by at run time.
+    `project_module(path, as_name=None)` is tests/project_modules.py's load(): each file is loaded
+    once per session and name; `as_name` also registers it in sys.modules under that name, e.g.
+    the ansible.module_utils name a module imports it by at run time.
     """
-    loaded = {}
-
-    def load(relative_path, as_name=None):
-        if relative_path not in loaded:
-            path = REPO / relative_path
-            # A source loader also takes scripts without a .py suffix (scripts/build-wheelhouse).
-            loader = importlib.machinery.SourceFileLoader(as_name or path.stem.replace("-", "_"), str(path))
-            spec = importlib.util.spec_from_loader(loader.name, loader)
-            module = importlib.util.module_from_spec(spec)
-            if as_name:
-                sys.modules[as_name] = module
-            loader.exec_module(module)
-            loaded[relative_path] = module
-        return loaded[relative_path]
-
-    return load
+    return project_modules.load
 
 
 @pytest.fixture(scope="session")
@@ -223,41 +232,34 @@ def host(converged_node):
     return converged_node.node.testinfra_host()
 
 
-class GatewayFleet:
-    """Serving nodes plus one gateway host (tests/testnode up N --gateway), converged once by site.yml.
-
-    nodes: the serving nodes (group sglang_nodes); gateway: the gateway host (sglang_gateways);
-    url, api_key, ca_file: what a client of the gateway uses (host variables the harness wrote).
-    """
-
-    def __init__(self, node_set, first_run):
-        import yaml  # pylint: disable=import-outside-toplevel
-
-        self.node_set = node_set
-        self.inventory = node_set.inventory
-        self.first_run = first_run
-        groups = yaml.safe_load(self.inventory.read_text())["all"]["children"]
-        by_name = {n.name: n for n in node_set.nodes()}
-        self.nodes = [by_name[name] for name in groups["sglang_nodes"]["hosts"]]
-        (gateway_name, gateway_vars), = groups["sglang_gateways"]["hosts"].items()
-        self.gateway = by_name[gateway_name]
-        self.url = gateway_vars["sglang_gateway_url"]
-        self.api_key = gateway_vars["sglang_gateway_api_keys"][0]
-        self.ca_file = gateway_vars["sglang_gateway_tls_ca_file"]
-
-    def converge(self, **kwargs):
-        return run_playbook("site.yml", self.inventory, **kwargs)
+_FLEETS = []  # this worker's gateway fleet, once made
 
 
-@pytest.fixture(scope="module")
-def gateway_fleet(node_sets, converged_snapshot):
-    """Three serving nodes and one gateway in front of them, made and converged once per file.
+@pytest.fixture(scope="session")
+def gateway_fleet(_all_node_sets, converged_snapshot, tmp_path_factory):
+    """Three serving nodes behind one gateway, watched by one monitor, made and converged once per
+    worker and shared by the files of FLEET_FILES (one xdist group: one worker, one after the other).
 
     The serving nodes start from this worker's converged snapshot; this first run moves their
-    servers onto their own addresses and sets up the gateway host, which starts from the base
-    image (a gateway deployed in front of running servers).
+    servers onto their own addresses (all three at once: the rollout order is the rolling
+    tests' subject, not this set-up's), sets up the gateway host in front of running servers and
+    the monitor, both from the base image. Each file leaves the fleet converged on this inventory
+    (the rolling deploys, which change it, run last). The fleet goes down after the last test of
+    those files (pytest_runtest_teardown below), not at the end of the session: idle, its five
+    hosts and their probes would cost the other files CPU.
     """
-    node_set = node_sets("gateway-fleet", 3, gateway=True, from_snapshot=converged_snapshot.directory)
-    first = run_playbook("site.yml", node_set.inventory)
-    assert first.rc == 0, first.stdout[-6000:]
-    return GatewayFleet(node_set, first)
+    node_set = _all_node_sets("gateway-fleet", 3, gateway=True, monitor=True,
+                              from_snapshot=converged_snapshot.directory)
+    inventory = fleet_inventory(node_set.inventory, tmp_path_factory.mktemp("gateway-fleet") / "inventory.yml")
+    fleet = GatewayFleet(node_set, inventory)
+    fleet.first_run = fleet.converge(extravars={"sglang_rollout_batch_size": len(fleet.nodes)})
+    assert fleet.first_run.rc == 0, fleet.first_run.failure_messages() or fleet.first_run.stdout[-6000:]
+    _FLEETS.append(node_set)
+    return fleet
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):  # pylint: disable=unused-argument
+    """The gateway fleet goes after the last test of the fleet's files (marked at collection)."""
+    if _FLEETS and item.stash.get(_LAST_ON_THE_FLEET, False):
+        _FLEETS.pop().down()

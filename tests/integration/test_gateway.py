@@ -1,9 +1,12 @@
-"""SGLang's gateway (sglang-router 0.3.2) in front of a fleet: 3 serving nodes + 1 gateway host.
+"""SGLang's gateway (sglang-router 0.3.2) in front of a fleet: 3 serving nodes, 1 gateway host.
 
-The fleet is the session fixture `gateway_fleet` (tests/conftest.py), made and converged once:
-every test here reads or changes it, and puts back what it changed.
+The fleet is the session fixture `gateway_fleet` (tests/conftest.py: with a monitor too), made
+and converged once and shared with test_monitoring.py and test_rolling_gateway.py, which run
+after this file on the same worker: every test here reads or changes it, and puts back what it
+changed.
 """
 
+import errno
 import json
 import re
 import socket
@@ -81,9 +84,40 @@ def _refused_before_any_change(result, variable):
 
 def test_first_run_converged_every_host(gateway_fleet):
     stats = gateway_fleet.first_run.stats
-    hosts = {node.name for node in gateway_fleet.nodes} | {gateway_fleet.gateway.name}
-    assert hosts <= set(stats.get("ok", {})), stats
+    assert {host.name for host in gateway_fleet.hosts} <= set(stats.get("ok", {})), stats
     assert not stats.get("failures") and not stats.get("dark"), stats
+
+
+def _tcp_from_node(source, address, port):
+    """'open', 'refused' or 'timeout': a TCP connection from a test node (bash's /dev/tcp)."""
+    done = source.ssh(f"timeout 5 bash -c '</dev/tcp/{address}/{port}' 2>&1")
+    if done.returncode == 0:
+        return "open"
+    return "timeout" if done.returncode == 124 else ("refused" if "refused" in done.stdout else done.stdout.strip())
+
+
+def _tcp_from_host(address, port):
+    try:
+        socket.create_connection((address, port), timeout=5).close()
+    except ConnectionRefusedError:
+        return "refused"
+    except TimeoutError:
+        return "timeout"
+    except OSError as error:
+        return errno.errorcode.get(error.errno, str(error))
+    return "open"
+
+
+def test_the_worker_port_answers_only_the_gateway_and_the_monitor(gateway_fleet):
+    """The nodes' firewall (roles/sglang_firewall, on because the servers listen beyond loopback):
+    another serving node and the host get a TCP reset on the worker port; SSH stays open to all."""
+    target, other = gateway_fleet.nodes[0], gateway_fleet.nodes[1]
+    assert _tcp_from_node(other, target.ip, 22) == "open"  # the nodes reach each other
+    assert _tcp_from_node(other, target.ip, 30000) == "refused"
+    assert _tcp_from_host(target.ip, 22) == "open"
+    assert _tcp_from_host(target.ip, 30000) == "refused"
+    assert _tcp_from_node(gateway_fleet.gateway, target.ip, 30000) == "open"
+    assert _tcp_from_node(gateway_fleet.monitor, target.ip, 30000) == "open"  # its /metrics
 
 
 def test_nodes_listen_on_their_private_address_and_are_the_gateways_workers(gateway_fleet):
@@ -163,10 +197,18 @@ def test_the_unit_is_hardened(gateway_fleet):
     assert gateway.ssh(f"systemctl show -P CapabilityBoundingSet {SERVICE}").stdout.strip() == ""
 
 
-def test_a_second_run_changes_nothing(gateway_fleet):
+def test_a_second_run_checks_every_host_and_changes_nothing(gateway_fleet):
     second = gateway_fleet.converge()
     assert second.rc == 0, second.stdout[-4000:]
     assert second.changed == 0, second.changed_tasks()
+    assert {host.name for host in gateway_fleet.hosts} <= set(second.stats.get("ok", {})), second.stats
+    # the nodes are checked and scanned all at once, and no batch runs: no node has drift
+    names = {node.name for node in gateway_fleet.nodes}
+    (check, check_hosts), (scan, scan_hosts), *batches = second.plays_on(names)
+    assert check.startswith("Check every node") and check_hosts == names
+    assert scan.startswith("Find what would change") and scan_hosts == names
+    assert batches == []
+    assert "Could not match supplied host pattern" not in second.stdout
 
 
 def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet, tmp_path):

@@ -1,11 +1,10 @@
 """Rolling deploys of a fleet behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
 
-Three serving test nodes, their server on the node's own address, behind one gateway; 16
+Three serving nodes, their server on the node's own address, behind one gateway; 16
 clients send requests through the gateway only, each request taking about half a second on
-the server (SGLANG_DOUBLE_REQUEST_SECONDS), so requests are in flight whenever a node is
-taken out. Proven here:
+the server (SGLANG_DOUBLE_REQUEST_SECONDS in the fleet's inventory), so requests are in flight
+whenever a node is taken out. Proven here:
 
-- a converged fleet is checked and scanned on every node and left alone (no batch runs);
 - a site.yml run that restarts every node (a changed server environment) checks and scans all
   nodes at once, then goes batch by batch in the inventory's order, each node out of the
   gateway, drained, restarted, back and healthy before the next starts, and no client request
@@ -13,36 +12,36 @@ taken out. Proven here:
 - playbooks/rolling_restart.yml does the same, one node per play;
 - kill -9 of a node's server under load: no client request fails (the gateway retries and
   ejects it), and it is back in rotation after systemd restarted it;
+- a reboot of a node under load: the same, and it comes back into rotation by itself (its
+  firewall and server start on boot);
 - the middle node's new configuration never gets healthy: it is rolled back, and added back
   to the gateway only once healthy on its last good configuration; the batch before keeps its
   new configuration, the batch after is not touched, and no client request fails.
 
-The fleet is `tests/testnode up 3 --gateway` (serving nodes from the worker's converged
-snapshot), converged by site.yml: the gateway is the one roles/sglang_gateway deploys, reached
-as clients reach it (TLS, API key; tests/gateway_client.py).
+The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
+test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
+scanned and left alone is test_gateway.py's second run): the gateway is the one
+roles/sglang_gateway deploys, reached as clients reach it (TLS, API key; tests/gateway_client.py).
 """
 
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ansible_run import run_playbook
 from gateway_client import DeployedGateway
+from gateway_fleet import FLEET_SERVER_ENVIRONMENT as BASE_ENVIRONMENT
+from gateway_fleet import fleet_inventory
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gateway_load import LoadRun, Target  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 
 CLIENTS = 16
 PORT = 30000
-BASE_ENVIRONMENT = {
-    "SGLANG_ENABLE_SPEC_V2": "1",
-    "SGLANG_DOUBLE_REQUEST_SECONDS": "0.5",
-    "SGLANG_DOUBLE_DRAIN_POLL_SECONDS": "0.5",
-    "SGLANG_DOUBLE_WARMUP_SECONDS": "1",
-}
 LEAVE = "Take this node out of every gateway (worker API), waiting until none lists it"
 DRAIN = "Wait until the requests in flight on this node finished"
 JOIN = "Add this node back to every gateway, waiting until each reports it healthy"
@@ -52,31 +51,23 @@ def worker_url(node):
     return f"http://{node.ip}:{PORT}"
 
 
-def write_inventory(node_set, nodes, path, environment):
-    """The harness's inventory (each server on its node's own address, the gateway's host
-    variables) with this file's server environment."""
-    inventory = yaml.safe_load(node_set.inventory.read_text())
-    for node in nodes:
-        inventory["all"]["children"]["sglang_nodes"]["hosts"][node.name].update({
-            "sglang_service_environment": environment,
-            "sglang_service_restart_sec": 1,  # systemd brings a killed server back quickly
-        })
-    path.write_text(yaml.safe_dump(inventory))
-    return path
-
-
 class Fleet:
-    def __init__(self, node_set, gateway, folder):
-        self.node_set = node_set
-        self.gateway = gateway
+    def __init__(self, gateway_fleet, folder):
+        self.gateway_fleet = gateway_fleet
+        self.gateway = DeployedGateway(gateway_fleet.inventory)
         self.folder = folder
-        self.nodes = [node for node in node_set.nodes() if node.name in gateway.serving]
+        self.nodes = gateway_fleet.nodes
         self.urls = [worker_url(node) for node in self.nodes]
         self.runs = 0
 
-    def inventory(self, environment):
+    def inventory(self, environment, node_vars=None):
+        """The fleet's inventory with this server environment on every node (and node_vars:
+        {name: {variable: value}} on top)."""
         self.runs += 1
-        return write_inventory(self.node_set, self.nodes, self.folder / f"inventory-{self.runs}.yml", environment)
+        per_node = {node.name: {"sglang_service_environment": environment, **(node_vars or {}).get(node.name, {})}
+                    for node in self.nodes}
+        return fleet_inventory(self.gateway_fleet.harness_inventory, self.folder / f"inventory-{self.runs}.yml",
+                               per_node)
 
     def load(self):
         target = Target(self.gateway.url, "/v1/completions", self.gateway.api_key, self.gateway.ca_file)
@@ -84,15 +75,17 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(node_sets, converged_snapshot, tmp_path_factory):
-    node_set = node_sets("rolling", 3, gateway=True, from_snapshot=converged_snapshot.directory)
-    folder = tmp_path_factory.mktemp("rolling")
-    fleet = Fleet(node_set, DeployedGateway(node_set.inventory), folder)
-    # First deploy of the gateway in front of running servers: it is not running yet when the
-    # nodes restart onto their own addresses, so they have no gateway to leave; its own play
-    # then registers them.
-    first = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT))
-    assert first.rc == 0, first.failure_messages() or first.stdout[-5000:]
+def fleet(gateway_fleet, tmp_path_factory):
+    fleet = Fleet(gateway_fleet, tmp_path_factory.mktemp("rolling"))
+    # The files before this one leave the fleet converged; one run on this file's inventory makes
+    # sure of it before any load runs (a change here would otherwise land inside a measured
+    # rollout). What it changed, if anything, is reported as a warning with its diffs: the
+    # fleet's idempotence itself is test_gateway.py's second run.
+    settle = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT), diff=True)
+    assert settle.rc == 0, settle.failure_messages() or settle.stdout[-5000:]
+    if settle.changed:
+        warnings.warn(f"the gateway fleet had drifted before the rolling tests: {settle.changed_tasks()}; "
+                      f"diffs: {[(host, what, str(diff)[:1500]) for host, what, diff in settle.diffs()]}")
     fleet.gateway.wait_workers(fleet.urls, timeout=180)
     return fleet
 
@@ -104,21 +97,6 @@ def main_pid(node):
 def server_environment(node):
     """The running server's environment, NAME=value each (/proc/PID/environ: NUL-terminated)."""
     return node.testinfra_host().file(f"/proc/{main_pid(node)}/environ").content_string.split("\0")[:-1]
-
-
-def plays_on_nodes(result, nodes):
-    """(play name, serving nodes with a task result in it) for each play that ran on a serving
-    node, batches included, in order. The gateway's plays (its checks, its converge) and the
-    monitors' play run on no serving node and are left out."""
-    names = {node.name for node in nodes}
-    plays = []
-    for event in result.events:
-        data = event.get("event_data", {})
-        if event["event"] == "playbook_on_play_start":
-            plays.append((data["play"], set()))
-        elif event["event"].startswith("runner_on_") and data.get("host") in names:
-            plays[-1][1].add(data["host"])
-    return [(name, hosts) for name, hosts in plays if hosts]
 
 
 def changes_outside_the_scan(result, host):
@@ -182,17 +160,6 @@ def assert_no_request_failed(stats):
     assert stats["ok"] >= 100, stats  # a steady load, not a trickle
 
 
-def test_a_converged_fleet_is_checked_and_left_alone(fleet):
-    names = {node.name for node in fleet.nodes}
-    result = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT))
-    assert result.rc == 0 and result.changed == 0, result.changed_tasks()
-    (check, check_hosts), (scan, scan_hosts), *batches = plays_on_nodes(result, fleet.nodes)
-    assert check.startswith("Check every node") and check_hosts == names
-    assert scan.startswith("Find what would change") and scan_hosts == names
-    assert batches == []
-    assert "Could not match supplied host pattern" not in result.stdout
-
-
 def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch(fleet):
     before = {node.name: main_pid(node) for node in fleet.nodes}
     inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
@@ -208,7 +175,7 @@ def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch
     # checks and scan on every node at once, then one node per batch in the inventory's order
     # (not the order the scan finished in)
     names = {node.name for node in fleet.nodes}
-    (check, check_hosts), (scan, scan_hosts), *batches = plays_on_nodes(result, fleet.nodes)
+    (check, check_hosts), (scan, scan_hosts), *batches = result.plays_on(node.name for node in fleet.nodes)
     assert check.startswith("Check every node") and check_hosts == names
     assert scan.startswith("Find what would change") and scan_hosts == names
     assert [name for name, _ in batches] == [batches[0][0]] * len(fleet.nodes) and batches[0][0].startswith("Converge")
@@ -227,7 +194,9 @@ def test_rolling_restart_playbook_drops_no_request(fleet):
     assert result.rc == 0, result.failure_messages()
     assert_no_request_failed(stats)
     assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
-    assert len([e for e in result.events if e["event"] == "playbook_on_play_start"]) == len(fleet.nodes)
+    restart_plays = [e for e in result.events if e["event"] == "playbook_on_play_start"
+                     and e["event_data"]["play"].startswith("Restart SGLang one batch at a time")]
+    assert len(restart_plays) == len(fleet.nodes)  # one batch per node (after the gateways' endpoint play)
     assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
 
 
@@ -266,16 +235,50 @@ def _active(node):
     return node.ssh("systemctl is-active sglang.service").stdout.strip() == "active"
 
 
+def test_a_node_rebooted_under_load_costs_no_request_and_comes_back_into_rotation(fleet):
+    victim = fleet.nodes[1]
+    url = worker_url(victim)
+    load = fleet.load()
+    while load.completed() < 20:  # the load is flowing through every node
+        time.sleep(0.1)
+    rebooting = threading.Thread(target=victim.reboot)  # tests/testnode reboot: returns once SSH answers
+    rebooting.start()
+    # while it is down, the gateway's health checks eject it (no deploy told the gateway anything)
+    ejected, deadline = False, time.monotonic() + 300
+    while rebooting.is_alive():
+        assert time.monotonic() < deadline, "the node did not come back from its reboot"
+        try:
+            ejected = ejected or fleet.gateway.workers().get(url) is False
+        except OSError:
+            pass  # the gateway itself is fine; a poll that timed out under load proves nothing
+        time.sleep(0.5)
+    rebooting.join()
+    assert ejected, "the gateway never reported the rebooted node unhealthy"
+    # back by itself: its firewall and server start on boot, the gateway's health checks take it back
+    assert victim.ssh("nft list table inet sglang_canon").returncode == 0
+    deadline = time.monotonic() + 180
+    while not _active(victim):
+        assert time.monotonic() < deadline, "the server did not start on boot"
+        time.sleep(0.5)
+    fleet.gateway.wait_workers(fleet.urls, timeout=180)
+    invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
+    deadline = time.monotonic() + 180
+    while requests_served_since(victim, invocation) == 0:
+        assert time.monotonic() < deadline, "the rebooted server got no request through the gateway"
+        time.sleep(1)
+    stats = load.stop()
+
+    assert_no_request_failed(stats)
+
+
 def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
     first, middle, last = fleet.nodes
     # The earlier tests left every node on WARMUP 2; going back to the base environment is a
     # new configuration for each node, and the middle one's never gets healthy.
-    inventory = fleet.inventory(BASE_ENVIRONMENT)
-    data = yaml.safe_load(inventory.read_text())
-    failing = data["all"]["children"]["sglang_nodes"]["hosts"][middle.name]
-    failing["sglang_service_environment"] = {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"}
-    failing["sglang_service_health_timeout"] = 20
-    inventory.write_text(yaml.safe_dump(data))
+    inventory = fleet.inventory(BASE_ENVIRONMENT, {middle.name: {
+        "sglang_service_environment": {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"},
+        "sglang_service_health_timeout": 20,
+    }})
     last_pid = main_pid(last)
     last_env_sha = last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum
     middle_env_sha = middle.testinfra_host().file("/etc/sglang/sglang.env").sha256sum

@@ -94,3 +94,17 @@ def test_a_gateway_on_loopback_is_reachable_only_by_itself_at_a_loopback_address
     assert unreachable(["gw"], {"gw": _gateway("127.0.0.1", "127.0.0.1")}, ["gw", "mon"], HOST_PATH)
     with pytest.raises(AnsibleFilterError, match="host_path"):
         unreachable(["gw"], {"gw": {}}, ["mon"], "")
+
+
+def test_a_server_host_comes_from_sglang_worker_host_when_the_args_do_not_set_it(monitoring):
+    # The canonical sglang_server_args take host and port from sglang_worker_host/_port (role
+    # defaults, which hostvars never hold): a gateway fleet sets only those in its inventory.
+    hostvars = {"n1": {"ansible_host": "10.0.0.5", "sglang_worker_host": "10.0.0.5", "sglang_worker_port": 30001},
+                "n2": {"sglang_worker_host": "127.0.0.1"},
+                "n3": {"sglang_worker_host": "10.0.0.7", "sglang_server_args": {"host": "127.0.0.1", "port": 30002}}}
+    assert monitoring.sglang_monitoring_unreachable_servers(["n1", "n2", "n3"], hostvars) == [
+        "n2: sglang_server_args.host is 127.0.0.1", "n3: sglang_server_args.host is 127.0.0.1"]
+    targets = monitoring.sglang_monitoring_targets(["n1", "n3"], hostvars, ["sglang_server_args.port", "sglang_worker_port"],
+                                                   30000)
+    assert targets == [{"node": "n1", "address": "10.0.0.5:30001"}, {"node": "n3", "address": "n3:30002"}]
+

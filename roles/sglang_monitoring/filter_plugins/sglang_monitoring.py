@@ -5,8 +5,12 @@ import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
-# What SGLang listens on when sglang_server_args.host is not set (ServerArgs' default).
+# What a node's server listens on when its inventory sets neither sglang_server_args.host nor
+# sglang_worker_host (roles/sglang/defaults/main.yml: the args' host comes from sglang_worker_host,
+# 127.0.0.1). A node's role defaults are not in hostvars, so the inventory's values are read in
+# that order (SERVER_HOST_PATHS), then this default.
 SGLANG_DEFAULT_HOST = "127.0.0.1"
+SERVER_HOST_PATHS = ("sglang_server_args.host", "sglang_worker_host")
 
 
 def _lookup(variables, path, default):
@@ -25,24 +29,36 @@ def _address(name, variables):
     return str(_lookup(variables, "ansible_host", name))
 
 
+def _first(variables, paths, default):
+    """The value at the first of paths (dotted) that the variables hold, else default."""
+    for path in paths:
+        value = _lookup(variables, path, None)
+        if value is not None:
+            return value
+    return default
+
+
 def sglang_monitoring_targets(hosts, hostvars, port_path, default_port):
     """One target per host: {"node": name, "address": "ansible_host:port"}.
 
-    The port is the host's variable at port_path (dotted, e.g. sglang_server_args.port), else
-    default_port. An IPv6 address is put in brackets.
+    The port is the host's variable at port_path (dotted, e.g. sglang_server_args.port; or a list
+    of such paths, the first the host has wins), else default_port. An IPv6 address is put in
+    brackets.
     """
-    if not isinstance(port_path, str) or not port_path:
-        raise AnsibleFilterError("sglang_monitoring_targets: port_path must be a variable name (dotted for a key)")
+    paths = [port_path] if isinstance(port_path, str) else port_path
+    if not isinstance(paths, (list, tuple)) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise AnsibleFilterError("sglang_monitoring_targets: port_path must be a variable name (dotted for a key) "
+                                 "or a list of them")
     targets = []
     for name in hosts or []:
         variables = hostvars[name]
-        port = _lookup(variables, port_path, default_port)
+        port = _first(variables, paths, default_port)
         try:
             port = int(port)
         except (TypeError, ValueError):
-            raise AnsibleFilterError(f"{name}: {port_path} is {port!r}, expected a port number") from None
+            raise AnsibleFilterError(f"{name}: {' or '.join(paths)} is {port!r}, expected a port number") from None
         if not 0 < port < 65536:
-            raise AnsibleFilterError(f"{name}: {port_path} is {port}, expected a port number 1-65535")
+            raise AnsibleFilterError(f"{name}: {' or '.join(paths)} is {port}, expected a port number 1-65535")
         address = _address(name, variables)
         if ":" in address and not address.startswith("["):
             address = f"[{address}]"
@@ -61,10 +77,12 @@ def _is_loopback(host):
 
 def sglang_monitoring_unreachable_servers(hosts, hostvars):
     """One line per SGLang node whose server listens on loopback only, so that no monitor can
-    scrape it: 'NODE: sglang_server_args.host is 127.0.0.1'. Empty when every server is reachable."""
+    scrape it: 'NODE: sglang_server_args.host is 127.0.0.1'. Empty when every server is reachable.
+    The server's host is the inventory's sglang_server_args.host, else its sglang_worker_host (where
+    the canonical arguments take it from), else 127.0.0.1."""
     found = []
     for name in hosts or []:
-        host = str(_lookup(hostvars[name], "sglang_server_args.host", SGLANG_DEFAULT_HOST))
+        host = str(_first(hostvars[name], SERVER_HOST_PATHS, SGLANG_DEFAULT_HOST))
         if _is_loopback(host):
             found.append(f"{name}: sglang_server_args.host is {host}")
     return found
