@@ -19,9 +19,9 @@ is bounded.
 import json
 import time
 
-import pytest
 
 import alertmanager_checks as alertmanager
+from alertmanager_checks import wait_for as _wait_for
 from gateway_fleet import FLEET_SCRAPE_SECONDS as SCRAPE_SECONDS
 from gateway_fleet import FLEET_SERVER_DOWN_FOR_SECONDS as SERVER_DOWN_FOR_SECONDS
 
@@ -31,18 +31,6 @@ GATEWAY_METRICS_PORT = 29000  # inventory/testnode/group_vars/sglang_gateways.ym
 def _api(monitor, path):
     done = monitor.ssh(f"curl -sf 'http://127.0.0.1:9090/api/v1/{path}'", check=True)
     return json.loads(done.stdout)["data"]
-
-
-def _wait_for(what, probe, timeout, describe=None):
-    """Poll probe() until it returns something true; fail naming what and the last state."""
-    end = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"{what} not within {timeout} s; last: {describe() if describe else value!r}")
-        time.sleep(0.5)
 
 
 def _targets(monitor):

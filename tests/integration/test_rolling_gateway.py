@@ -206,6 +206,18 @@ def requests_served_since(node, invocation):
     return int(out.stdout.strip() or 0)
 
 
+def wait_back_in_rotation(fleet, node, timeout):
+    """Bounded waits until the gateway lists every node healthy again and node's running server
+    instance answered requests through it (the gateway's circuit breaker may hold it back a while
+    after it is listed healthy)."""
+    fleet.gateway.wait_workers(fleet.urls, timeout=timeout)
+    invocation = node.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
+    deadline = time.monotonic() + 180
+    while requests_served_since(node, invocation) == 0:
+        assert time.monotonic() < deadline, "the restarted server got no request through the gateway"
+        time.sleep(1)
+
+
 def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(fleet):
     victim = fleet.nodes[0]
     pid = main_pid(victim)
@@ -218,14 +230,7 @@ def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(
     while not (main_pid(victim) not in ("0", pid) and _active(victim)):
         assert time.monotonic() < deadline, "systemd did not restart the killed server"
         time.sleep(0.5)
-    fleet.gateway.wait_workers(fleet.urls, timeout=120)
-    invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
-    # back in rotation: the restarted server answers requests again (the gateway's circuit
-    # breaker may hold it back a while after it is listed healthy: bounded wait under load)
-    deadline = time.monotonic() + 180
-    while requests_served_since(victim, invocation) == 0:
-        assert time.monotonic() < deadline, "the restarted server got no request through the gateway"
-        time.sleep(1)
+    wait_back_in_rotation(fleet, victim, timeout=120)
     stats = load.stop()
 
     assert_no_request_failed(stats)
@@ -260,12 +265,7 @@ def test_a_node_rebooted_under_load_costs_no_request_and_comes_back_into_rotatio
     while not _active(victim):
         assert time.monotonic() < deadline, "the server did not start on boot"
         time.sleep(0.5)
-    fleet.gateway.wait_workers(fleet.urls, timeout=180)
-    invocation = victim.ssh("systemctl show --property=InvocationID --value sglang.service").stdout.strip()
-    deadline = time.monotonic() + 180
-    while requests_served_since(victim, invocation) == 0:
-        assert time.monotonic() < deadline, "the rebooted server got no request through the gateway"
-        time.sleep(1)
+    wait_back_in_rotation(fleet, victim, timeout=180)
     stats = load.stop()
 
     assert_no_request_failed(stats)
