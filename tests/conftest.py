@@ -155,9 +155,10 @@ def _file_node_sets_down_at_its_end():
 class Converged:
     """A node converged by site.yml, with the result of that first run."""
 
-    def __init__(self, node, first_run):
+    def __init__(self, node, first_run, second_run):
         self.node = node
         self.first_run = first_run
+        self.second_run = second_run
         self.inventory = node.inventory
         self.name = node.name
 
@@ -171,9 +172,10 @@ class Converged:
 class ConvergedSnapshot:
     """This worker's converged node and the snapshot of it, proven converged (see converged_snapshot)."""
 
-    def __init__(self, node_set, first_run, directory):
+    def __init__(self, node_set, first_run, second_run, directory):
         self.node_set = node_set
         self.first_run = first_run
+        self.second_run = second_run
         self.directory = directory
         self.handed_out = False
 
@@ -206,10 +208,11 @@ def converged_snapshot(_all_node_sets):
     directory = SNAPSHOTS / "converged"
     shutil.rmtree(directory, ignore_errors=True)  # an interrupted session's (its nodes are down)
     node.snapshot(directory)
+    # The snapshot, as booted, must be converged: test_spine's test_second_converge_changes_nothing
+    # reads this run's stats (changed=0); every file's restored node stands on it.
     proof = run_playbook("site.yml", node.inventory)
     assert proof.rc == 0, node_state.failure_messages(proof) or proof.stdout[-6000:]
-    assert proof.changed == 0, proof.changed_tasks()  # the snapshot, as booted, is converged
-    return ConvergedSnapshot(node_set, first, directory)
+    return ConvergedSnapshot(node_set, first, proof, directory)
 
 
 @pytest.fixture(scope="module")
@@ -220,10 +223,11 @@ def converged_node(converged_snapshot):
     needs no clean-up for others and reads no other file's side effects. `first_run` is the
     fresh node's first converge, which made the snapshot. Use it in a new file's module fixture
     instead of `node_sets(...)` plus a first site.yml run whenever the file needs "a converged
-    node" (with the default inventory) rather than the first converge itself; `.node` is the
+    node" (with the default inventory) rather than the first converge itself; `second_run` is
+    the run on the node booted from the snapshot, which proved it converged; `.node` is the
     tests/testnode Node (ssh, reboot, reset, testinfra_host).
     """
-    return Converged(converged_snapshot.take(), converged_snapshot.first_run)
+    return Converged(converged_snapshot.take(), converged_snapshot.first_run, converged_snapshot.second_run)
 
 
 @pytest.fixture(scope="module")
