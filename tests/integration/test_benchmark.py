@@ -97,22 +97,39 @@ def test_before_any_benchmark_the_doc_carries_the_seeds_reference(node):
     assert "no reason recorded" not in doc
 
 
-def test_sweep_production_and_baseline(node, tmp_path):
-    result = _benchmark(node, tmp_path, sglang_benchmark_alternatives=["baseline"])
+def test_a_sweep_of_every_preset_the_seed_compared_runs_each_as_what_it_names(node, tmp_path):
+    presets = list(yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
+                   ["sglang_benchmark_presets"])
+    assert sorted(presets) == ["baseline", "topk1-spec-v1", "topk1-spec-v2", "topk4-spec-v1"]
+    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1, 32], sglang_benchmark_alternatives=presets)
     assert result.rc == 0, result.stdout[-6000:]
     summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())
-    assert [c["name"] for c in summary["configurations"]] == ["production", "baseline"]
-    assert [row["concurrency"] for row in summary["rows"]] == [1, 2, 4]
+    configurations = {c["name"]: c for c in summary["configurations"]}
+    assert list(configurations) == ["production"] + presets
+    assert [row["concurrency"] for row in summary["rows"]] == [1, 32]
     assert summary["failures"] == [] and summary["aborted"] is None
-    # the double's numbers: production (speculation) 86.8 tok/s at C=1, the baseline 92.7 (the seed's)
-    first = summary["rows"][0]
-    assert first["results"]["production"]["output_throughput"] == pytest.approx(86.8)
-    assert first["results"]["baseline"]["output_throughput"] == pytest.approx(92.7)
-    assert first["winner"] == "baseline"
-    baseline = summary["configurations"][1]
+    production = configurations["production"]
+    # the seed's production preset is exactly what the canonical inventory deploys
+    assert configurations["topk1-spec-v2"]["argv"] == production["argv"]
+    assert configurations["topk1-spec-v2"]["environment"] == production["environment"]
+    # topk 1 on the v1 scheduler: the same flags, spec v2 off
+    assert configurations["topk1-spec-v1"]["argv"] == production["argv"]
+    assert "SGLANG_ENABLE_SPEC_V2" not in configurations["topk1-spec-v1"]["environment"]
+    topk4 = configurations["topk4-spec-v1"]["argv"]
+    assert topk4[topk4.index("--speculative-eagle-topk") + 1] == "4"
+    assert topk4[topk4.index("--speculative-num-draft-tokens") + 1] == "16"
+    baseline = configurations["baseline"]
     assert "--speculative-algorithm" not in baseline["argv"] and "SGLANG_ENABLE_SPEC_V2" not in baseline["environment"]
-    for name in ("production", "baseline"):
-        for level in (1, 2, 4):
+    # the client double measured each server as what it ran (its per-configuration model at C=1:
+    # production 86.8 tok/s, the baseline 92.7, the seed's)
+    first, crossover = summary["rows"]
+    assert {name: round(r["output_throughput"], 1) for name, r in first["results"].items()} == {
+        "production": 86.8, "baseline": 92.7, "topk4-spec-v1": 95.5, "topk1-spec-v1": 84.0, "topk1-spec-v2": 86.8}
+    assert first["winner"] == "topk4-spec-v1"
+    # above the seed's crossover (C=30) production beats the baseline; a tie goes to production
+    assert crossover["concurrency"] == 32 and crossover["winner"] == "production"
+    for name in ["production"] + presets:
+        for level in (1, 32):
             raw = tmp_path / "artifacts" / "runs" / name / f"c{level}.jsonl"
             assert json.loads(raw.read_text().splitlines()[-1])["max_concurrency"] == level
             assert (tmp_path / "artifacts" / "runs" / name / f"c{level}.log").exists()
@@ -125,40 +142,11 @@ def test_site_yml_puts_the_table_into_the_doc_and_is_idempotent(node):
     first = run_playbook("site.yml", node.inventory)
     assert first.rc == 0, first.stdout[-6000:]
     doc = node.ssh("cat /root/production_v2.md", check=True).stdout
-    assert "| Concurrency | production | baseline | Winner | Production vs winner |" in doc
-    assert "| 1 | 86.8 | **92.7** | baseline | -6.4% |" in doc
+    header = "| Concurrency | production | baseline | topk4-spec-v1 | topk1-spec-v1 | topk1-spec-v2 | Winner | Production vs winner |"
+    assert header in doc
+    assert "| 1 | 86.8 | 92.7 | **95.5** | 84.0 | 86.8 | topk4-spec-v1 | -9.1% |" in doc
     second = run_playbook("site.yml", node.inventory)
     assert second.rc == 0 and second.changed == 0, second.changed_tasks()
-
-
-def test_every_preset_the_seed_compared_runs_as_what_it_names(node, tmp_path):
-    presets = list(yaml.safe_load((REPO / "roles" / "sglang_benchmark" / "defaults" / "main.yml").read_text())
-                   ["sglang_benchmark_presets"])
-    assert sorted(presets) == ["baseline", "topk1-spec-v1", "topk1-spec-v2", "topk4-spec-v1"]
-    result = _benchmark(node, tmp_path, sglang_benchmark_concurrency_levels=[1, 32], sglang_benchmark_alternatives=presets)
-    assert result.rc == 0, result.stdout[-6000:]
-    summary = json.loads((tmp_path / "artifacts" / "summary.json").read_text())
-    configurations = {c["name"]: c for c in summary["configurations"]}
-    assert list(configurations) == ["production"] + presets
-    production = configurations["production"]
-    # the seed's production preset is exactly what the canonical inventory deploys
-    assert configurations["topk1-spec-v2"]["argv"] == production["argv"]
-    assert configurations["topk1-spec-v2"]["environment"] == production["environment"]
-    # topk 1 on the v1 scheduler: the same flags, spec v2 off
-    assert configurations["topk1-spec-v1"]["argv"] == production["argv"]
-    assert "SGLANG_ENABLE_SPEC_V2" not in configurations["topk1-spec-v1"]["environment"]
-    topk4 = configurations["topk4-spec-v1"]["argv"]
-    assert topk4[topk4.index("--speculative-eagle-topk") + 1] == "4"
-    assert topk4[topk4.index("--speculative-num-draft-tokens") + 1] == "16"
-    assert "--speculative-algorithm" not in configurations["baseline"]["argv"]
-    # the client double measured each server as what it ran (its per-configuration model at C=1)
-    first, crossover = summary["rows"]
-    assert {name: round(r["output_throughput"], 1) for name, r in first["results"].items()} == {
-        "production": 86.8, "baseline": 92.7, "topk4-spec-v1": 95.5, "topk1-spec-v1": 84.0, "topk1-spec-v2": 86.8}
-    # above the seed's crossover (C=30) production beats the baseline; a tie goes to production
-    assert crossover["concurrency"] == 32 and crossover["winner"] == "production"
-    assert summary["failures"] == []
-    _assert_production_is_back(node)
 
 
 def test_failed_runs_are_reported_and_production_restored(node, tmp_path):
