@@ -3,13 +3,6 @@
 The node's stand-in nvidia-smi replays the canonical 8-GPU PCIe box, so site.yml's defaults give
 the PCIe set (NCCL_PROTO=LL, NCCL_ALGO=Ring) through the service's EnvironmentFile. The tests below
 are steps of one story (file order), on a node of this file alone (conftest's converged_node).
-
-The switches between deliveries run `--tags nccl_tuning`, as an operator moving the settings
-would: the role with the service role it brings along (flags checked, /health waited for,
-rollback), in the check pass and the converge pass, and nothing else; the other roles'
-idempotency is not this file's subject (test_spine, test_drift). The switch back to the
-defaults is a full site.yml run, which must leave no trace of the other deliveries. (An invalid
-NCCL value is refused before any change: test_bad_input.py's invalid-nccl-value case.)
 """
 
 import shlex
@@ -56,11 +49,8 @@ def sitecustomize_text(node):
     return out(node, f"env -i {PYTHON} -c {shlex.quote(code)} 2>/dev/null || true")
 
 
-TAGS = ["nccl_tuning"]
-
-
-def converge(node, tags=None, **extravars):
-    result = node.converge(extravars=extravars, tags=tags)
+def converge(node, **extravars):
+    result = node.converge(extravars=extravars)
     assert result.rc == 0, result.stdout[-6000:]
     return result
 
@@ -92,7 +82,7 @@ def test_service_delivery_reaches_the_server_only(node):
 
 def test_sitecustomize_delivery_reaches_every_process_of_the_interpreter(node):
     before = main_pid(node)
-    converge(node, TAGS, nccl_tuning_delivery="sitecustomize")
+    converge(node, nccl_tuning_delivery="sitecustomize")
     assert seen_by_python(node, "NCCL_PROTO") == "LL" and seen_by_python(node, "NCCL_ALGO") == "Ring"
     assert MARK in sitecustomize_text(node)
     assert "NCCL_" not in env_files_text(node)  # not through the EnvironmentFile any more
@@ -101,11 +91,11 @@ def test_sitecustomize_delivery_reaches_every_process_of_the_interpreter(node):
 
 
 def test_sitecustomize_delivery_is_idempotent(node):
-    assert nccl_changes(converge(node, TAGS, nccl_tuning_delivery="sitecustomize")) == []
+    assert nccl_changes(converge(node, nccl_tuning_delivery="sitecustomize")) == []
 
 
 def test_nccl_conf_delivery_moves_the_block(node):
-    converge(node, TAGS, nccl_tuning_delivery="nccl_conf")
+    converge(node, nccl_tuning_delivery="nccl_conf")
     conf = out(node, "cat /etc/nccl.conf")
     assert "NCCL_ALGO=Ring\nNCCL_PROTO=LL\n" in conf and MARK in conf
     assert MARK not in sitecustomize_text(node) and seen_by_python(node, "NCCL_PROTO") == "None"
@@ -118,3 +108,10 @@ def test_switching_back_to_service_removes_the_blocks(node):
     assert MARK not in sitecustomize_text(node)
     assert {k: server_environ(node).get(k) for k in PCIE} == PCIE
 
+
+def test_invalid_value_fails_naming_it_and_changes_nothing(node):
+    pid, env_text = main_pid(node), env_files_text(node)
+    result = node.converge(extravars={"nccl_tuning_settings": {"NCCL_PROTO": "LL129"}})
+    assert result.rc != 0
+    assert any("NCCL_PROTO='LL129'" in msg for msg in result.failure_messages()), result.failure_messages()
+    assert main_pid(node) == pid and env_files_text(node) == env_text
