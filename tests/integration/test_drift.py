@@ -126,13 +126,14 @@ DRIFTS = {
 # The kinds in groups that one run repairs together (the CI machine has 2 cores: a run per kind
 # cost minutes each). Each group is applied kind by kind, each seen to change the node, then ONE
 # site.yml run must repair all of them and the next run change nothing. Kinds of one group do not
-# undo each other (e.g. a deleted env file and one whose owner changed are in different groups);
-# every kind of DRIFTS is in exactly one group (test_every_drift_kind_is_tested).
+# undo each other (e.g. a deleted env file and one whose owner changed are in different groups;
+# the owner is changed after the edit); every kind of DRIFTS is in exactly one group
+# (test_every_drift_kind_is_tested).
 DRIFT_GROUPS = (
-    ("unit-edited", "env-file-edited", "secrets-file-mode-changed", "patched-file-reverted", "service-stopped"),
-    ("service-disabled", "patch-manifest-deleted", "nccl-block-removed-from-sitecustomize", "env-file-owner-changed"),
-    # masked first: it stops the server, whose user then goes, and its environment file
-    ("service-masked", "service-user-deleted", "env-file-deleted"),
+    ("unit-edited", "env-file-edited", "env-file-owner-changed", "secrets-file-mode-changed", "patched-file-reverted",
+     "nccl-block-removed-from-sitecustomize", "service-stopped"),
+    # disabled, then masked: it stops the server, whose user then goes, and its environment file
+    ("service-disabled", "patch-manifest-deleted", "service-masked", "service-user-deleted", "env-file-deleted"),
 )
 
 
@@ -182,10 +183,28 @@ def test_check_mode_on_a_converged_node_changes_nothing(drift):
     assert not check.diffs(), [what for _, what, _ in check.diffs()]
 
 
-def test_check_mode_on_a_drifted_node_shows_each_change_and_its_diff_once(drift):
-    node_state.ssh(drift.node, DRIFTS["unit-edited"](drift) + " && " + DRIFTS["env-file-edited"](drift))
+# What test_check_mode_and_the_drift_scan_* make drift: one listed item per kind, each naming the
+# task that would repair it.
+SCANNED_DRIFT = {
+    "unit-edited": "Write the systemd unit",
+    "env-file-edited": "Write the server's environment file",
+    "secrets-file-mode-changed": "Write the server's secrets file",
+    "service-stopped": "Enable the service on boot and start it",
+    "patched-file-reverted": "Apply the patch sets to the installed SGLang",
+    "nccl-block-removed-from-sitecustomize": "Write the NCCL block into sitecustomize.py",
+}
+
+
+def test_check_mode_and_the_drift_scan_on_a_drifted_node_report_each_change_once_and_change_nothing(drift):
+    """The operator's two ways of asking "what drifted?", on one drifted node (each run of a 2-core
+    CI machine costs a minute; one repair serves both)."""
+    before = node_state.fingerprint(drift.node, drift.paths)
+    assert not node_state.differences(drift.baseline, before)
+    for kind in SCANNED_DRIFT:
+        node_state.ssh(drift.node, DRIFTS[kind](drift))
     drifted = node_state.fingerprint(drift.node, drift.paths)
 
+    # site.yml --check --diff: each would-be change once, with its diff shown once
     check = _check_diff(drift.node)
     assert check.rc == 0, check.failure_messages() or check.stdout[-4000:]
     assert _printed_no_failure(check)
@@ -195,46 +214,18 @@ def test_check_mode_on_a_drifted_node_shows_each_change_and_its_diff_once(drift)
     assert all(count == 1 for count in shown.values()), shown
     unit_diff = next(diff for _, what, diff in check.diffs() if what == node_state.UNIT)
     assert "RestartSec=1" in unit_diff["before"].splitlines() and "RestartSec=1" not in unit_diff["after"].splitlines()
-    # each would-be change reported once: no task shows changed twice for the same host and item
+    # no task shows changed twice for the same host and item
     changed = collections.Counter(check.changed_tasks())
     assert all(count == 1 for count in changed.values()), changed
     assert node_state.fingerprint(drift.node, drift.paths) == drifted  # check mode changed nothing
 
-    repair = _site(drift)
-    assert repair.rc == 0, node_state.failure_messages(repair)
-    assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
-
-
-def test_drift_scan_lists_each_drifted_item_and_changes_nothing(drift):
-    kinds = [
-        "unit-edited",
-        "env-file-deleted",
-        "secrets-file-mode-changed",
-        "service-stopped",
-        "patched-file-reverted",
-        "nccl-block-removed-from-sitecustomize",
-    ]
-    before = node_state.fingerprint(drift.node, drift.paths)
-    assert not node_state.differences(drift.baseline, before)
-    for kind in kinds:
-        node_state.ssh(drift.node, DRIFTS[kind](drift))
-    drifted = node_state.fingerprint(drift.node, drift.paths)
-
+    # playbooks/drift.yml: fails, listing each drifted item by the task that would repair it
     scan = _scan(drift)
     assert scan.rc != 0, "drift.yml exited 0 on a drifted node"
     report = "\n".join(m for m in node_state.failure_messages(scan) if " drifted: " in m)
-    # one listed item per drift, each naming the task that would repair it
-    for expected_item in (
-        "Write the systemd unit",
-        "Write the server's environment file",
-        "Write the server's secrets file",
-        "Enable the service on boot and start it",
-        "Apply the patch sets to the installed SGLang",
-        "Write the NCCL block into sitecustomize.py",
-    ):
-        assert expected_item in report, f"{expected_item!r} not in the drift report:\n{report}"
-
-    # the scan changed nothing: the edited unit is still edited, the env file still gone, ...
+    for kind, expected_item in SCANNED_DRIFT.items():
+        assert expected_item in report, f"{kind}: {expected_item!r} not in the drift report:\n{report}"
+    # the scan changed nothing: the edited unit is still edited, the env file still edited, ...
     after = node_state.fingerprint(drift.node, drift.paths)
     assert after == drifted, node_state.differences(drifted, after)
     assert node_state.ssh(drift.node, f"grep -c '^RestartSec=1$' {node_state.UNIT}").strip() == "1"
