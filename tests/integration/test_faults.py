@@ -1,7 +1,7 @@
 """Faults: the server killed, the node rebooted, a configuration that never gets healthy, an
-Ansible run killed halfway. A converged node of this file alone (conftest's converged_node,
-restored from the worker's converged snapshot); the tests run in file order and each leaves
-the node converged and healthy.
+Ansible run killed halfway through the service's first deploy. A converged node of this file
+alone (conftest's converged_node, restored from the worker's converged snapshot); the tests run
+in file order and each leaves the node converged and healthy.
 """
 
 from __future__ import annotations
@@ -114,21 +114,44 @@ def _start_site_yml(node):
     )
 
 
+# What a node has before sglang_service's first deploy: every earlier role converged, no unit, no
+# configuration of the service, nothing running.
+UNDEPLOY_THE_SERVICE = (
+    f"systemctl disable --now {node_state.SERVICE} && rm -rf {node_state.UNIT} {node_state.ENV_FILE}"
+    f" {node_state.SECRETS_FILE} {node_state.LAST_GOOD} && systemctl daemon-reload && systemctl reset-failed"
+)
+
+
+def _wait_on_the_node_for(node, path):
+    """One SSH session that returns once `path` exists on the node (polled there, 0.1 s)."""
+    command = f"timeout 600 sh -c 'until test -e {path}; do sleep 0.1; done'"
+    return subprocess.Popen(  # pylint: disable=consider-using-with
+        [str(REPO / "tests" / "testnode"), "ssh", node.name, "--", command],
+        env={**os.environ, "TESTNODE_STATE_DIR": str(node.state_dir)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
 def test_run_killed_halfway_is_finished_by_the_next_run(node):
-    node.reset()  # a fresh node: the run has everything to do
-    assert node.ssh(f"test -e {node_state.ENV_FILE}").returncode != 0
+    # The service's first deploy, killed halfway: the earlier roles are converged (as a first run
+    # leaves them when it reaches sglang_service; a fresh node would spend the CI's CPU minutes
+    # installing them again), the service has never been deployed.
+    node_state.ssh(node, UNDEPLOY_THE_SERVICE)
+    assert node.ssh(f"test -e {node_state.ENV_FILE} || systemctl is-active --quiet {node_state.SERVICE}").returncode != 0
 
     run = _start_site_yml(node)
+    waiter = _wait_on_the_node_for(node, node_state.ENV_FILE)
     try:
         # halfway: sglang_service has just written the environment file, not yet started the server
-        deadline = time.monotonic() + 500
-        while node.ssh(f"test -e {node_state.ENV_FILE}").returncode != 0:
+        while waiter.poll() is None:
             assert run.poll() is None, f"site.yml ended (rc {run.returncode}) before sglang_service wrote anything"
-            assert time.monotonic() < deadline, "sglang_service never wrote the environment file"
-            time.sleep(0.2)
+            time.sleep(0.1)
+        assert waiter.returncode == 0, "sglang_service never wrote the environment file"
     finally:
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
+        waiter.kill()
+        waiter.wait()
     assert node.ssh("systemctl is-active sglang.service").stdout.strip() != "active", "killed too late"
 
     finish = run_playbook("site.yml", node.inventory)
