@@ -80,16 +80,36 @@ def test_every_rule_states_its_reason():
         assert f"- alert: {alert}" in block, f"{alert}: no '# Reason:' comment right above it"
 
 
-@pytest.mark.parametrize("overrides", [
-    {"sglang_monitoring_alert_server_down_for": "5m"},
-    {"sglang_monitoring_alert_token_usage_threshold": 0.98},
-    {"sglang_monitoring_alert_accept_length_threshold": 1.2},
-    {"sglang_monitoring_alert_watchdog_restart_window": "5m"},
-])
-def test_the_rule_tests_catch_a_changed_threshold(tmp_path, overrides):
-    # The thresholds are variables of the rules: a rule that no longer fires where the tests
-    # expect it must fail them (the tests are not blind to the values).
-    done = run_rule_tests(tmp_path, render_rules(**overrides))
+# Every threshold of the rules, each moved both ways: stricter and looser than its default.
+THRESHOLD_MUTATIONS = {
+    "sglang_monitoring_alert_server_down_for": ("5m", "30s"),
+    "sglang_monitoring_alert_target_down_for": ("5m", "1m"),
+    "sglang_monitoring_alert_health_failing_for": ("5m", "1m"),
+    "sglang_monitoring_alert_token_usage_threshold": (0.98, 0.90),
+    "sglang_monitoring_alert_token_usage_for": ("10m", "2m"),
+    "sglang_monitoring_alert_queue_min": (20, 5),
+    "sglang_monitoring_alert_queue_window": ("1m", "15m"),
+    "sglang_monitoring_alert_queue_for": ("20m", "5m"),
+    "sglang_monitoring_alert_accept_length_threshold": (1.2, 2.5),
+    "sglang_monitoring_alert_accept_length_for": ("30m", "5m"),
+    "sglang_monitoring_alert_gateway_worker_unhealthy_for": ("5m", "30s"),
+    "sglang_monitoring_alert_watchdog_restart_window": ("5m", "3h"),
+}
+
+
+def test_every_threshold_variable_is_mutated():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    thresholds = {name for name in defaults if name.startswith("sglang_monitoring_alert_")}
+    assert thresholds == set(THRESHOLD_MUTATIONS)
+
+
+@pytest.mark.parametrize("name,value", [(name, value) for name, values in THRESHOLD_MUTATIONS.items()
+                                        for value in values])
+def test_the_rule_tests_catch_a_changed_threshold(tmp_path, name, value):
+    # The thresholds are variables of the rules: a rule that fires (or stays silent) where the
+    # tests no longer expect it must fail them, whichever way the value moved (the tests are
+    # not blind to any of the values).
+    done = run_rule_tests(tmp_path, render_rules(**{name: value}))
     assert done.returncode != 0 and "FAILED" in done.stdout + done.stderr, done.stdout
 
 
