@@ -8,6 +8,8 @@ that a patch could have changed), and the server double must export exactly that
 import ast
 import re
 import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -169,3 +171,27 @@ def test_the_double_numbers_follow_the_load(double_metrics):
     assert samples['sglang:generation_tokens_total{model_name="m"}'] == 40.0
     assert samples['sglang:prompt_tokens_total{model_name="m"}'] == 60.0
     assert samples['sglang:e2e_request_latency_seconds_count{model_name="m"}'] == 1.0
+
+
+def test_the_double_queues_requests_beyond_its_running_slots(double_metrics):
+    # max_running_requests=2 (_double): a third request waits, counted in sglang:num_queue_reqs
+    # (what SGLangQueueGrowing reads) until a running one finishes.
+    metrics = double_metrics.Metrics(_double())
+    first = metrics.admit(10)
+    metrics.admit(10)
+    third = threading.Thread(target=metrics.admit, args=(10,))
+    third.start()
+    deadline = time.monotonic() + 5
+    while metrics.gauges()["sglang:num_queue_reqs"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert metrics.gauges()["sglang:num_queue_reqs"] == 1
+    assert metrics.gauges()["sglang:num_running_reqs"] == 2
+    metrics.finish(10, 5, 5, first, 0.1, 5, True)
+    third.join(timeout=5)
+    assert not third.is_alive()
+    gauges = metrics.gauges()
+    assert (gauges["sglang:num_queue_reqs"], gauges["sglang:num_running_reqs"]) == (0, 2)
+    labels = '{model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"}'
+    samples = _samples(metrics.render().decode())
+    assert samples["sglang:num_queue_reqs" + labels] == 0.0
+    assert samples["sglang:queue_time_seconds_count" + labels] == 3.0
