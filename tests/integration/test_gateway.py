@@ -27,6 +27,7 @@ TEST_GATEWAY_ARGS = yaml.safe_load(
     (REPO / "inventory/testnode/group_vars/sglang_gateways.yml").read_text())["sglang_gateway_args"]
 SERVICE = "sglang-gateway.service"
 UNIT = f"/etc/systemd/system/{SERVICE}"
+WORKERS_FILE = "/etc/sglang-gateway/sglang-gateway.workers.env"
 
 
 def _request(fleet, path, body=None, key=None, method=None):
@@ -215,6 +216,9 @@ def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet,
     gateway = gateway_fleet.gateway
     # By hand: an edited unit, and a node removed through the gateway's worker API.
     gateway.ssh(f"sed -i 's/^RestartSec=.*/RestartSec=30/' {UNIT} && systemctl daemon-reload", check=True)
+    # /proc remounted without hidepid: other users could read the gateway's argv (its API key)
+    gateway.ssh("mount -o remount,hidepid=0 /proc", check=True)
+    assert "hidepid=invisible" not in gateway.ssh("findmnt -n -o OPTIONS /proc").stdout
     victim = next(w for w in _workers(gateway_fleet) if w["url"] == _node_urls(gateway_fleet)[0])
     status, body = _request(gateway_fleet, f"/workers/{victim['id']}", key=gateway_fleet.api_key, method="DELETE")
     assert status in (200, 202), body
@@ -230,6 +234,7 @@ def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet,
     assert f"{gateway.name} drifted" in report, report
     assert "Write the systemd unit" in report and "workers the gateway lacks" in report, report
     assert any(victim["url"] in m for m in drift.messages() if m.startswith("check mode: the gateway lacks"))
+    assert "Report that /proc would be remounted" in report, report
     # Args changed in the inventory are drift too (the rendered unit differs).
     changed_args = run_playbook("playbooks/drift.yml", gateway_fleet.inventory, tags=["sglang_gateway"], extravars={
         "sglang_gateway_args": {**TEST_GATEWAY_ARGS, "retry_max_retries": 2}})
@@ -239,10 +244,44 @@ def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet,
     assert repair.rc == 0, repair.stdout[-4000:]
     assert any(gateway.name in t for t in repair.changed_tasks())
     assert gateway.ssh(f"grep -c '^RestartSec=2$' {UNIT}").stdout.strip() == "1"
+    assert "hidepid=invisible" in gateway.ssh("findmnt -n -o OPTIONS /proc").stdout
     _wait(lambda: sorted(w["url"] for w in _workers(gateway_fleet)) == _node_urls(gateway_fleet), 30,
           "the removed worker back")
     clean = run_playbook("playbooks/drift.yml", gateway_fleet.inventory, tags=["sglang_gateway"])
     assert clean.rc == 0, clean.failure_messages()
+
+
+def _gateway_pid(fleet):
+    return fleet.gateway.ssh(f"systemctl show --property=MainPID --value {SERVICE}").stdout.strip()
+
+
+def test_a_node_leaving_and_joining_sglang_nodes_changes_the_workers_without_a_restart(gateway_fleet, tmp_path):
+    # The workers are the gateway's runtime state and its workers' file, not its unit: a node
+    # taken out of the inventory and put back is removed and added through the worker API, and
+    # the gateway (with the requests it is serving) is never restarted.
+    gateway = gateway_fleet.gateway
+    pid = _gateway_pid(gateway_fleet)
+    unit = gateway.ssh(f"sha256sum {UNIT}", check=True).stdout
+    leaving = gateway_fleet.nodes[-1]
+    inventory = yaml.safe_load(gateway_fleet.inventory.read_text())
+    del inventory["all"]["children"]["sglang_nodes"]["hosts"][leaving.name]
+    smaller = tmp_path / "one-node-less.yml"
+    smaller.write_text(yaml.safe_dump(inventory))
+    remaining = sorted(url for url in _node_urls(gateway_fleet) if url != f"http://{leaving.ip}:30000")
+
+    shrunk = run_playbook("site.yml", smaller, tags=["sglang_gateway"])
+
+    assert shrunk.rc == 0, shrunk.failure_messages() or shrunk.stdout[-4000:]
+    assert "Remove workers that are not nodes of sglang_nodes" in " ".join(shrunk.changed_tasks())
+    assert sorted(w["url"] for w in _workers(gateway_fleet)) == remaining
+    assert f"{leaving.ip}:30000" not in gateway.ssh(f"cat {WORKERS_FILE}", check=True).stdout
+    grown = gateway_fleet.converge(tags=["sglang_gateway"])
+    assert grown.rc == 0, grown.failure_messages() or grown.stdout[-4000:]
+    assert "Add each node the gateway lost" in " ".join(grown.changed_tasks())
+    _wait(lambda: sorted(w["url"] for w in _workers(gateway_fleet)) == _node_urls(gateway_fleet), 30,
+          "the node back among the workers")
+    assert _gateway_pid(gateway_fleet) == pid, "changing the nodes restarted the gateway"
+    assert gateway.ssh(f"sha256sum {UNIT}", check=True).stdout == unit
 
 
 def _other_key(tmp_path):
