@@ -40,8 +40,6 @@ Knobs (environment of the server double):
   SGLANG_DOUBLE_REQUEST_SECONDS when set, each generation request (any route) takes this long
                                 in all, spread over its decode steps (requests in flight during
                                 a restart)
-  a request's "double_request_seconds" (a body field, not SGLang's): this one request takes
-                                that long (one request in flight longer than a drain may wait)
   SGLANG_DOUBLE_DRAIN_POLL_SECONDS  how often the SIGTERM watchdog looks (default 5, SGLang's)
   SGLANG_DOUBLE_ACCEPT_LENGTH   reported and simulated accept length with speculation (default 2.7)
   SGLANG_DOUBLE_GENERATE_FAIL=1 generation routes answer 500 (a server that is up but cannot serve)
@@ -61,7 +59,6 @@ _ACCEPT_LENGTH = "SGLANG_DOUBLE_ACCEPT_LENGTH"
 _FAIL = "SGLANG_DOUBLE_GENERATE_FAIL"
 _REQUEST_SECONDS = "SGLANG_DOUBLE_REQUEST_SECONDS"
 _DRAIN_POLL = "SGLANG_DOUBLE_DRAIN_POLL_SECONDS"
-_REQUEST_SECONDS_FIELD = "double_request_seconds"
 
 
 class InFlight:
@@ -107,10 +104,9 @@ def steps(max_new_tokens, accept):
     return out
 
 
-def step_pause(plan_length, body=None):
-    """Seconds per decode step: the request's own double_request_seconds, else
-    SGLANG_DOUBLE_REQUEST_SECONDS, spread over the steps; else the step knob."""
-    total = (body or {}).get(_REQUEST_SECONDS_FIELD) or os.environ.get(_REQUEST_SECONDS)
+def step_pause(plan_length):
+    """Seconds per decode step: SGLANG_DOUBLE_REQUEST_SECONDS spread over the steps, else the step knob."""
+    total = os.environ.get(_REQUEST_SECONDS)
     if total:
         return float(total) / max(1, plan_length)
     return float(os.environ.get(_STEP_SECONDS, "0.002"))
@@ -156,7 +152,7 @@ def handle_generate(handler, double):
     max_new_tokens = int(params.get("max_new_tokens") or 16)
     prompt_tokens = _prompt_tokens(body)
     plan = steps(max_new_tokens, accept_length(double))
-    pause = step_pause(len(plan), body)
+    pause = step_pause(len(plan))
     if not body.get("stream"):
         time.sleep(pause * len(plan))
         _send_json(handler, 200, _chunk(max_new_tokens, prompt_tokens, True, max_new_tokens))
@@ -192,7 +188,7 @@ def handle_openai(handler, double, chat):
     max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
     prompt_tokens = _openai_prompt_tokens(body, chat)
     plan = steps(max_tokens, accept_length(double))
-    pause = step_pause(len(plan), body)
+    pause = step_pause(len(plan))
     head = {
         "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
         "created": int(time.time()),

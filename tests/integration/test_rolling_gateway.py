@@ -16,10 +16,7 @@ whenever a node is taken out. Proven here:
   firewall and server start on boot);
 - the middle node's new configuration never gets healthy: it is rolled back, and added back
   to the gateway only once healthy on its last good configuration; the batch before keeps its
-  new configuration, the batch after is not touched, and no client request fails;
-- a drain that runs out (a request in flight longer than sglang_service_drain_timeout) stops
-  the node before its restart: it goes back into the gateway unrestarted, the request
-  finishes, and the next run, with nothing changed in the inventory, does the restart owed.
+  new configuration, the batch after is not touched, and no client request fails.
 
 The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
 test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
@@ -27,7 +24,6 @@ scanned and left alone is test_gateway.py's second run): the gateway is the one
 roles/sglang_gateway deploys, reached as clients reach it (TLS, API key; tests/gateway_client.py).
 """
 
-import json
 import sys
 import threading
 import time
@@ -310,54 +306,3 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     assert results_of(result, LEAVE, last.name) == [] and changes_outside_the_scan(result, last.name) == []
     assert main_pid(last) == last_pid
     assert last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum == last_env_sha
-
-
-RESTART_OWED = "/var/lib/sglang-canon/sglang.restart-pending"
-
-
-def _in_flight(gateway, node):
-    """The requests in flight on the node's server (GET /v1/loads), asked from the gateway's host."""
-    loads = gateway.ssh(f"curl -sf {worker_url(node)}/v1/loads", check=True).stdout
-    return json.loads(loads)["aggregate"]["total_reqs"]
-
-
-def test_a_drain_that_runs_out_keeps_the_node_serving_and_the_next_run_restarts_it(fleet):
-    first = fleet.nodes[0]
-    gateway = fleet.gateway_fleet.gateway
-    limit = f"{first.name},sglang_gateways"
-    # A new configuration for the first node only (the others are not in --limit).
-    inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
-    pid = main_pid(first)
-    # One request that outlasts the drain's bound, straight to the node's worker port from the
-    # gateway's host (the one client host its firewall admits besides the monitor).
-    body = '{"text": "x", "sampling_params": {"max_new_tokens": 8}, "double_request_seconds": 30}'
-    answered = {}
-    request = threading.Thread(target=lambda: answered.update(done=gateway.ssh(
-        f"curl -sf -m 90 -o /dev/null -w '%{{http_code}}' -d '{body}' {worker_url(first)}/generate")))
-    request.start()
-    deadline = time.monotonic() + 30
-    while _in_flight(gateway, first) < 1:
-        assert time.monotonic() < deadline, "the long request never showed in flight"
-        time.sleep(0.5)
-
-    cut_short = run_playbook("site.yml", inventory, limit=limit, extravars={"sglang_service_drain_timeout": 3})
-
-    assert cut_short.rc != 0 and cut_short.count("failures", first.name) == 1
-    said = " ".join(cut_short.failure_messages())
-    assert f"{first.name} was not restarted" in said and "still has requests in flight" in said, said
-    assert one_result(cut_short, LEAVE, first.name)["action"] == "remove"
-    assert one_result(cut_short, JOIN, first.name)["action"] == "add"
-    assert main_pid(first) == pid, "the node was restarted although its drain ran out"
-    fleet.gateway.wait_workers(fleet.urls, timeout=30)  # back in rotation, healthy
-    assert first.ssh(f"test -s {RESTART_OWED}").returncode == 0, "no record of the restart owed"
-    request.join(timeout=90)
-    assert answered["done"].stdout == "200", answered  # the request in flight was never cut
-
-    # Nothing in the inventory changed: only the record makes the next run restart the node.
-    owed = run_playbook("site.yml", inventory, limit=limit)
-
-    assert owed.rc == 0, owed.failure_messages() or owed.stdout[-4000:]
-    assert main_pid(first) != pid
-    assert "SGLANG_DOUBLE_WARMUP_SECONDS=2" in server_environment(first)
-    assert first.ssh(f"test -e {RESTART_OWED}").returncode != 0
-    fleet.gateway.wait_workers(fleet.urls, timeout=30)
