@@ -11,6 +11,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TESTNODE = REPO / "tests" / "testnode"
 
+from testnode_lib.util import SSH_COMMON_ARGS  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def _testnode(state_dir, *args, check=True):
     env = {**os.environ, "TESTNODE_STATE_DIR": str(state_dir)}
@@ -29,8 +31,14 @@ class Node:
     group: str = "sglang_nodes"
 
     def ssh(self, command, check=False):
-        """Run a shell command on the node as root; return the CompletedProcess."""
-        return _testnode(self.state_dir, "ssh", self.name, "--", command, check=check)
+        """Run a shell command on the node as root; return the CompletedProcess.
+
+        The same ssh command line as `tests/testnode ssh NAME -- command`, run directly: tests
+        call this thousands of times, and each launch of tests/testnode's Python costs the
+        2-core CI machine more CPU than the SSH session itself."""
+        ssh = ["ssh", "-i", str(self.state_dir / "id_ed25519"), *SSH_COMMON_ARGS.split(),
+               "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ServerAliveInterval=15", f"root@{self.ip}", "--"]
+        return subprocess.run([*ssh, command], stdin=subprocess.DEVNULL, check=check, capture_output=True, text=True)
 
     def reset(self, to_snapshot=None):
         """Fresh rootfs from the base image, or from a snapshot directory (see snapshot())."""
