@@ -1,8 +1,8 @@
-"""Prometheus on the gateway fleet's monitor (conftest's gateway_fleet: 3 serving nodes, one
+"""Prometheus on the gateway fleet's monitor (conftest's gateway_fleet: 2 serving nodes, one
 gateway, one monitor, converged once).
 
-Prometheus (Debian's package, installed from the harness's .deb cache) scrapes the three servers,
-the gateway's own metrics, the five node exporters and its Alertmanager (Debian's, turned on by
+Prometheus (Debian's package, installed from the harness's .deb cache) scrapes the two servers,
+the gateway's own metrics, the four node exporters and its Alertmanager (Debian's, turned on by
 the fleet's inventory), and evaluates the project's rules; stopping a server fires
 SGLangServerDown within its `for:`, and Alertmanager sends it to the webhook receiver, then its
 resolution; a scrape configuration, a rule and Alertmanager's configuration edited by hand are
@@ -118,7 +118,7 @@ def test_stopping_a_server_fires_its_alert_within_the_rules_for_and_notifies_the
 def test_hand_edits_of_scrape_config_rules_and_alertmanager_are_repaired_by_one_run_with_reloads(gateway_fleet):
     monitor = gateway_fleet.monitor
     pid, alertmanager_pid = _prometheus_pid(monitor), alertmanager.pid(monitor)
-    monitor.ssh("sed -i 's/scrape_interval: 1s/scrape_interval: 7s/' /etc/prometheus/prometheus.yml"
+    monitor.ssh(f"sed -i 's/scrape_interval: {SCRAPE_SECONDS}s/scrape_interval: 7s/' /etc/prometheus/prometheus.yml"
                 " && sed -i 's/for: 5s/for: 9m/' /etc/prometheus/rules/sglang.rules.yml && systemctl reload prometheus"
                 f" && sed -i 's/\"repeat_interval\": \"1m\"/\"repeat_interval\": \"7m\"/' {alertmanager.CONFIG}"
                 " && systemctl reload prometheus-alertmanager",
@@ -144,7 +144,7 @@ def test_hand_edits_of_scrape_config_rules_and_alertmanager_are_repaired_by_one_
     assert _prometheus_pid(monitor) == pid  # reloaded, not restarted
     assert alertmanager.pid(monitor) == alertmanager_pid
     config = _api(monitor, "status/config")["yaml"]
-    assert "scrape_interval: 1s" in config and "scrape_interval: 7s" not in config
+    assert f"scrape_interval: {SCRAPE_SECONDS}s" in config and "scrape_interval: 7s" not in config
     server_down = [rule for group in _api(monitor, "rules")["groups"] for rule in group["rules"]
                    if rule["name"] == "SGLangServerDown"]
     assert server_down[0]["duration"] == SERVER_DOWN_FOR_SECONDS

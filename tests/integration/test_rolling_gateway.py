@@ -1,6 +1,6 @@
 """Rolling deploys of a fleet behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
 
-Three serving nodes, their server on the node's own address, behind one gateway; 16
+Two serving nodes, their server on the node's own address, behind one gateway; 16
 clients send requests through the gateway only, each request taking about half a second on
 the server (SGLANG_DOUBLE_REQUEST_SECONDS in the fleet's inventory), so requests are in flight
 whenever a node is taken out. Proven here:
@@ -14,9 +14,9 @@ whenever a node is taken out. Proven here:
   ejects it), and it is back in rotation after systemd restarted it;
 - a reboot of a node under load: the same, and it comes back into rotation by itself (its
   firewall and server start on boot);
-- the middle node's new configuration never gets healthy: it is rolled back, and added back
-  to the gateway only once healthy on its last good configuration; the batch before keeps its
-  new configuration, the batch after is not touched, and no client request fails.
+- the first node's new configuration never gets healthy: it is rolled back, file for file, and
+  added back to the gateway only once healthy on its last good configuration, which a drift
+  scan then finds in order; the batch after is not touched, and no client request fails.
 
 The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
 test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
@@ -27,11 +27,11 @@ roles/sglang_gateway deploys, reached as clients reach it (TLS, API key; tests/g
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import pytest
 
+import node_state
 from ansible_run import run_playbook
 from gateway_client import DeployedGateway
 from gateway_fleet import FLEET_SERVER_ENVIRONMENT as BASE_ENVIRONMENT
@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from gateway_load import LoadRun, Target  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 
 CLIENTS = 16
+# The server environment the rolling deploys change every node to (a new configuration for each).
+WARMUP_2 = {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"}
 PORT = 30000
 LEAVE = "Take this node out of every gateway (worker API), waiting until none lists it"
 DRAIN = "Wait until the requests in flight on this node finished"
@@ -77,15 +79,10 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(gateway_fleet, tmp_path_factory):
     fleet = Fleet(gateway_fleet, tmp_path_factory.mktemp("rolling"))
-    # The files before this one leave the fleet converged; one run on this file's inventory makes
-    # sure of it before any load runs (a change here would otherwise land inside a measured
-    # rollout). What it changed, if anything, is reported as a warning with its diffs: the
-    # fleet's idempotence itself is test_gateway.py's second run.
-    settle = run_playbook("site.yml", fleet.inventory(BASE_ENVIRONMENT), diff=True)
-    assert settle.rc == 0, settle.failure_messages() or settle.stdout[-5000:]
-    if settle.changed:
-        warnings.warn(f"the gateway fleet had drifted before the rolling tests: {settle.changed_tasks()}; "
-                      f"diffs: {[(host, what, str(diff)[:1500]) for host, what, diff in settle.diffs()]}")
+    # The files before this one leave the fleet converged on its inventory (conftest's
+    # gateway_fleet; their last runs repair what they changed, and test_gateway.py's second run
+    # proves a converged fleet changes nothing), so no run of its own is spent here: each test's
+    # run starts from that state and asserts what it changed.
     fleet.gateway.wait_workers(fleet.urls, timeout=180)
     return fleet
 
@@ -162,7 +159,7 @@ def assert_no_request_failed(stats):
 
 def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch(fleet):
     before = {node.name: main_pid(node) for node in fleet.nodes}
-    inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
+    inventory = fleet.inventory(WARMUP_2)
     load = fleet.load()
     started = time.monotonic()
     result = run_playbook("site.yml", inventory)
@@ -186,7 +183,7 @@ def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch
 
 def test_rolling_restart_playbook_drops_no_request(fleet):
     before = {node.name: main_pid(node) for node in fleet.nodes}
-    inventory = fleet.inventory({**BASE_ENVIRONMENT, "SGLANG_DOUBLE_WARMUP_SECONDS": "2"})
+    inventory = fleet.inventory(WARMUP_2)
     load = fleet.load()
     result = run_playbook("playbooks/rolling_restart.yml", inventory)
     stats = load.stop()
@@ -272,37 +269,47 @@ def test_a_node_rebooted_under_load_costs_no_request_and_comes_back_into_rotatio
 
 
 def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
-    first, middle, last = fleet.nodes
-    # The earlier tests left every node on WARMUP 2; going back to the base environment is a
-    # new configuration for each node, and the middle one's never gets healthy.
-    inventory = fleet.inventory(BASE_ENVIRONMENT, {middle.name: {
+    failing, after = fleet.nodes
+    # The earlier tests left every node on WARMUP 2 (this inventory); going back to the base
+    # environment is a new configuration for each node, and the first one's never gets healthy.
+    deployed = fleet.inventory(WARMUP_2)
+    inventory = fleet.inventory(BASE_ENVIRONMENT, {failing.name: {
         "sglang_service_environment": {**BASE_ENVIRONMENT, "SGLANG_DOUBLE_NEVER_HEALTHY": "1"},
         "sglang_service_health_timeout": 20,
     }})
-    last_pid = main_pid(last)
-    last_env_sha = last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum
-    middle_env_sha = middle.testinfra_host().file("/etc/sglang/sglang.env").sha256sum
+    paths = node_state.managed_paths(failing)
+    good = node_state.fingerprint(failing, paths)
+    after_pid = main_pid(after)
+    after_env_sha = after.testinfra_host().file(node_state.ENV_FILE).sha256sum
     load = fleet.load()
     result = run_playbook("site.yml", inventory)
     stats = load.stop()
 
-    assert result.rc != 0 and result.count("failures", middle.name) == 1
-    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages())
+    assert result.rc != 0 and result.count("failures", failing.name) == 1
+    said = [m for m in result.failure_messages() if "Rolled back to the last good configuration" in m]
+    assert said, result.failure_messages()
+    assert node_state.ENV_FILE in said[0] and "healthy again" in said[0], said[0]  # names what it restored
     assert_no_request_failed(stats)
-    # the batch before the failure kept its new configuration
-    assert "SGLANG_DOUBLE_WARMUP_SECONDS=1" in server_environment(first)
-    # the failing node: out, drained, rolled back to its last good configuration, and only then
-    # back in, healthy
-    left = one_result(result, LEAVE, middle.name)
-    joined = one_result(result, JOIN, middle.name)
+    # the failing node: out, drained, rolled back to its last good configuration (file for
+    # file), and only then back in, healthy
+    left = one_result(result, LEAVE, failing.name)
+    joined = one_result(result, JOIN, failing.name)
     assert left["action"] == "remove" and joined["action"] == "add"
     rollback_restart = "Restart the service on the last good configuration"
-    assert first_time(result, rollback_restart, middle.name) < first_time(result, JOIN, middle.name)
-    assert middle.testinfra_host().file("/etc/sglang/sglang.env").sha256sum == middle_env_sha
-    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in server_environment(middle)
+    assert first_time(result, rollback_restart, failing.name) < first_time(result, JOIN, failing.name)
+    back = node_state.fingerprint(failing, paths)
+    assert not node_state.differences(good, back), node_state.differences(good, back)
+    environment = server_environment(failing)
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in environment and "SGLANG_DOUBLE_WARMUP_SECONDS=2" in environment
     fleet.gateway.wait_workers(fleet.urls, timeout=10)
     # the rollout stopped: the batch after the failure was not taken out, nor changed, nor
     # restarted (only the check-mode scan looked at it)
-    assert results_of(result, LEAVE, last.name) == [] and changes_outside_the_scan(result, last.name) == []
-    assert main_pid(last) == last_pid
-    assert last.testinfra_host().file("/etc/sglang/sglang.env").sha256sum == last_env_sha
+    assert results_of(result, LEAVE, after.name) == [] and changes_outside_the_scan(result, after.name) == []
+    assert main_pid(after) == after_pid
+    assert after.testinfra_host().file(node_state.ENV_FILE).sha256sum == after_env_sha
+    # the rolled-back configuration is the one deployed before (issue 19): a drift scan of the
+    # fleet against that inventory finds nothing to change, and restarts nothing
+    pids = {node.name: main_pid(node) for node in fleet.nodes}
+    scan = run_playbook("playbooks/drift.yml", deployed)
+    assert scan.rc == 0, scan.failure_messages() or scan.stdout[-4000:]
+    assert {node.name: main_pid(node) for node in fleet.nodes} == pids
