@@ -1,6 +1,6 @@
 """Compare the gpu_topology fact (library/gpu_topology.py) with the inventory's hardware expectations.
 
-gpu_topology_mismatches(topology, expectations, tp_size=None) returns one line per way the node
+gpu_topology_mismatches(topology, expectations, server_args=None, allow_idle_gpus=False) returns one line per way the node
 differs, each naming the variable that holds the expectation (gpu_preflight_ + key) and what was
 found, so that the gpu_preflight role fails once, listing every mismatch.
 
@@ -15,12 +15,18 @@ Keys of `expectations` (all required, the role's variables without their gpu_pre
   driver_version_min        lowest driver, inclusive, numerically per dotted component; empty: none
   driver_version_max        highest driver, compared on the components it gives ("595" = any 595.x); empty: none
 
-tp_size (sglang_server_args.tp_size), when given, must be at least 1, at most the GPUs found and
-divide them. A value nvidia-smi reports as N/A cannot be verified and counts as a mismatch.
+server_args (sglang_server_args), when given, must fit the GPUs found: its parallel sizes
+(tp_size, pp_size, dp_size, nnodes, base_gpu_id, gpu_id_step) by the rule the server's flag check
+applies to SGLang's resolved values (gpu_layout_problem in module_utils/sglang_args_probe.py,
+loaded from there: one rule, two moments), so a layout that cannot work or leaves GPUs idle
+(unless allow_idle_gpus) is refused here, before anything changes on the node. A value nvidia-smi
+reports as N/A cannot be verified and counts as a mismatch.
 Pure Python (the controller's), unit-tested in tests/unit/test_gpu_expectations.py.
 """
 
+import importlib.util
 import re
+from pathlib import Path
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -81,19 +87,33 @@ def _link_list(gpus, key, unit, expected):
     return ", ".join(f"GPU {gpu.get('index')} ({gpu.get('pci_bus_id')}) at {unit}{_shown(gpu.get(key))}" for gpu in low)
 
 
-def _tp_size_mismatch(tp_size, count):
-    tp = _int(tp_size)
-    name = "sglang_server_args.tp_size"
-    if tp < 1:
-        return f"{name}: tp_size {tp} must be at least 1"
-    if tp > count:
-        return f"{name}: tp_size {tp} exceeds the {count} GPUs found"
-    if count % tp:
-        return f"{name}: tp_size {tp} does not divide the {count} GPUs found"
-    return None
+def _probe():
+    """module_utils/sglang_args_probe.py, the server flag check's in-node probe (standard library only)."""
+    path = Path(__file__).resolve().parents[1] / "module_utils" / "sglang_args_probe.py"
+    spec = importlib.util.spec_from_file_location("sglang_canon_args_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def gpu_topology_mismatches(topology, expectations, tp_size=None):
+_ARGS_PROBE = _probe()
+
+
+def _layout_mismatch(server_args, count, allow_idle_gpus):
+    """'sglang_server_args.tp_size: ...' when the parallel sizes do not fit `count` GPUs."""
+    layout = {field: server_args[field] for field in _ARGS_PROBE.LAYOUT_FIELDS if field in server_args}
+    layout["enable_dp_attention"] = bool(server_args.get("enable_dp_attention"))
+    try:
+        problem = _ARGS_PROBE.gpu_layout_problem(layout, count, bool(allow_idle_gpus))
+    except (TypeError, ValueError):
+        return None  # not integers: the sglang role's type check names them, before this role runs
+    if problem is None:
+        return None
+    named = ", ".join(f"sglang_server_args.{field}" for field in _ARGS_PROBE.LAYOUT_FIELDS if field in server_args)
+    return f"{named or 'sglang_server_args.tp_size'}: {problem}"
+
+
+def gpu_topology_mismatches(topology, expectations, server_args=None, allow_idle_gpus=False):
     """Every way the node differs from the expectations, as 'VARIABLE: expected X, found Y' lines."""
     if not isinstance(topology, dict):
         raise AnsibleFilterError(f"gpu_topology must be a mapping (the gpu_topology fact), got {type(topology).__name__}")
@@ -110,9 +130,9 @@ def gpu_topology_mismatches(topology, expectations, tp_size=None):
     if count != expected_count:
         out.append(f"{PREFIX}expected_gpu_count: expected {expected_count} GPUs, found {count}")
 
-    tp_problem = None if tp_size is None else _tp_size_mismatch(tp_size, count)
-    if tp_problem:
-        out.append(tp_problem)
+    layout_problem = None if server_args is None else _layout_mismatch(server_args, count, allow_idle_gpus)
+    if layout_problem:
+        out.append(layout_problem)
 
     pattern = re.compile(str(want["gpu_name_pattern"]))
     misnamed = sorted((gpu for gpu in gpus if not pattern.search(str(gpu.get("name") or ""))),

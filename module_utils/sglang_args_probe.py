@@ -289,6 +289,27 @@ def gpus_needed(resolved):
     return highest + 1, "%s = %d GPU(s) per node" % (explanation, per_node)
 
 
+# The ServerArgs fields that place the server on a node's GPUs (gpus_needed reads them).
+LAYOUT_FIELDS = ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
+
+
+def gpu_layout_problem(resolved, gpu_count, allow_idle_gpus=False):
+    """Why the parallel sizes do not fit a node of gpu_count GPUs, or None: the one rule for them,
+    applied to SGLang's resolved values here and to the inventory's sglang_server_args by the
+    gpu_preflight role (filter_plugins/gpu_expectations.py), before anything changes."""
+    needed, explanation = gpus_needed(resolved)
+    count = int(gpu_count)
+    idle = count - gpus_used(resolved)
+    if needed > count:
+        return "%s, but the node has %d GPU(s)" % (explanation, count)
+    if idle > 0 and not allow_idle_gpus:
+        # A smaller tp_size than the node's GPUs is legal but almost always a slip: the server
+        # would run on part of the hardware. Only an explicit choice deploys it.
+        return ("%s, so %d of the node's %d GPU(s) would sit idle; set sglang_allow_idle_gpus: true to deploy it "
+                "anyway" % (explanation, idle, count))
+    return None
+
+
 def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
     """What SGLang 0.5.9 accepts silently but cannot work, or would leave GPUs idle."""
     errors = []
@@ -302,19 +323,11 @@ def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
         errors.append({"stage": "value", "flag": flags.shown("port"),
                        "message": "port %s is not a TCP port (1..65535); SGLang 0.5.9 accepts it until it binds" % port})
     if gpu_count is not None:
-        needed, explanation = gpus_needed(resolved)
-        named = [flags.given(f) for f in ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")]
-        flag = ", ".join(n for n in named if n) or flags.primary("tp_size")
-        idle = int(gpu_count) - gpus_used(resolved)
-        if needed > int(gpu_count):
-            errors.append({"stage": "gpu_count", "flag": flag,
-                           "message": "%s, but the node has %d GPU(s)" % (explanation, int(gpu_count))})
-        elif idle > 0 and not allow_idle_gpus:
-            # A smaller tp_size than the node's GPUs is legal but almost always a slip: the
-            # server would run on part of the hardware. Only an explicit choice deploys it.
-            errors.append({"stage": "gpu_count", "flag": flag,
-                           "message": "%s, so %d of the node's %d GPU(s) would sit idle; set sglang_allow_idle_gpus: "
-                                      "true to deploy it anyway" % (explanation, idle, int(gpu_count))})
+        problem = gpu_layout_problem(resolved, gpu_count, allow_idle_gpus)
+        if problem:
+            named = [flags.given(f) for f in LAYOUT_FIELDS]
+            flag = ", ".join(n for n in named if n) or flags.primary("tp_size")
+            errors.append({"stage": "gpu_count", "flag": flag, "message": problem})
     return errors
 
 

@@ -53,6 +53,8 @@ HOSTS = {
     },
     "tp-3": {"capture": "rtx-pro-6000-8x", "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 3}},
     "tp-4": {"capture": "rtx-pro-6000-8x", "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 4}},
+    "tp-4-idle-allowed": {"capture": "rtx-pro-6000-8x", "sglang_allow_idle_gpus": True,
+                          "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 4}},
     "driver-newer-than-max": {"capture": "rtx-pro-6000-8x", "gpu_preflight_driver_version_max": "595.50"},
     "driver-older-than-min": {"capture": "rtx-pro-6000-8x", "gpu_preflight_driver_version_min": "595.100"},
     "no-driver-bounds": {
@@ -172,10 +174,11 @@ def test_only_the_mismatching_hosts_fail(outcome):
         "h200-pair",
         "driver-down",
         "tp-3",
+        "tp-4",
         "driver-newer-than-max",
         "driver-older-than-min",
     }
-    assert set(outcome.later) == {"canonical", "h200-pair-expected", "tp-4", "no-driver-bounds"}
+    assert set(outcome.later) == {"canonical", "h200-pair-expected", "tp-4-idle-allowed", "no-driver-bounds"}
 
 
 def test_missing_gpu(outcome):
@@ -185,7 +188,7 @@ def test_missing_gpu(outcome):
     )
     assert outcome.mismatches("missing-gpu") == [
         "gpu_preflight_expected_gpu_count: expected 8 GPUs, found 7",
-        "sglang_server_args.tp_size: tp_size 8 exceeds the 7 GPUs found",
+        "sglang_server_args.tp_size: tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)",
     ]
 
 
@@ -217,7 +220,7 @@ def test_nvlink_where_pcie_is_expected(outcome):
 def test_every_mismatch_in_one_message(outcome):
     assert outcome.mismatches("h200-pair") == [
         "gpu_preflight_expected_gpu_count: expected 8 GPUs, found 2",
-        "sglang_server_args.tp_size: tp_size 8 exceeds the 2 GPUs found",
+        "sglang_server_args.tp_size: tp_size 8 = 8 GPU(s) per node, but the node has 2 GPU(s)",
         "gpu_preflight_gpu_name_pattern: expected GPU names matching 'RTX PRO 6000 Blackwell', "
         "found 'NVIDIA H200' on GPU 0, 1",
         "gpu_preflight_min_compute_capability: expected compute capability 12.0 or higher on every GPU, "
@@ -231,9 +234,14 @@ def test_other_hardware_passes_when_the_inventory_expects_it(outcome):
     assert outcome.later["h200-pair-expected"] == "interconnect=nvlink gpus=2"
 
 
-def test_tp_size_must_divide_the_gpu_count(outcome):
-    assert outcome.mismatches("tp-3") == ["sglang_server_args.tp_size: tp_size 3 does not divide the 8 GPUs found"]
-    assert "tp-4" not in outcome.failed
+def test_the_parallel_sizes_must_use_every_gpu_unless_idle_ones_are_allowed(outcome):
+    # The server flag check's rule (module_utils/sglang_args_probe.py), here before anything changes.
+    idle = "would sit idle; set sglang_allow_idle_gpus: true to deploy it anyway"
+    assert outcome.mismatches("tp-3") == [f"sglang_server_args.tp_size: tp_size 3 = 3 GPU(s) per node, so 5 of the "
+                                          f"node's 8 GPU(s) {idle}"]
+    assert outcome.mismatches("tp-4") == [f"sglang_server_args.tp_size: tp_size 4 = 4 GPU(s) per node, so 4 of the "
+                                          f"node's 8 GPU(s) {idle}"]
+    assert "tp-4-idle-allowed" not in outcome.failed
 
 
 def test_driver_range_is_numeric_per_component(outcome):

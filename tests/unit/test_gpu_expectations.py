@@ -50,18 +50,18 @@ def topology(project_module):
 
 
 def test_canonical_node_matches(mismatches, topology):
-    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, tp_size=8) == []
+    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args={"tp_size": 8}) == []
 
 
 def test_missing_gpu_and_the_tp_size_it_breaks(mismatches, topology):
-    assert mismatches(topology("rtx-pro-6000-7x"), CANONICAL, tp_size=8) == [
+    assert mismatches(topology("rtx-pro-6000-7x"), CANONICAL, server_args={"tp_size": 8}) == [
         "gpu_preflight_expected_gpu_count: expected 8 GPUs, found 7",
-        "sglang_server_args.tp_size: tp_size 8 exceeds the 7 GPUs found",
+        "sglang_server_args.tp_size: tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)",
     ]
 
 
 def test_card_trained_down_is_named_by_bus_id(mismatches, topology):
-    assert mismatches(topology("rtx-pro-6000-8x-gen4x8"), CANONICAL, tp_size=8) == [
+    assert mismatches(topology("rtx-pro-6000-8x-gen4x8"), CANONICAL, server_args={"tp_size": 8}) == [
         "gpu_preflight_expected_pcie_gen: expected every GPU's max PCIe link at Gen5 or better, "
         "found GPU 5 (00000000:85:00.0) at Gen4",
         "gpu_preflight_expected_pcie_width: expected every GPU's max PCIe link at x16 or wider, "
@@ -70,7 +70,7 @@ def test_card_trained_down_is_named_by_bus_id(mismatches, topology):
 
 
 def test_nvswitch_node_where_the_canonical_node_is_expected(mismatches, topology):
-    assert mismatches(topology("h200-8x-nvswitch"), CANONICAL, tp_size=8) == [
+    assert mismatches(topology("h200-8x-nvswitch"), CANONICAL, server_args={"tp_size": 8}) == [
         "gpu_preflight_gpu_name_pattern: expected GPU names matching 'RTX PRO 6000 Blackwell', "
         "found 'NVIDIA H200' on GPU 0, 1, 2, 3, 4, 5, 6, 7",
         "gpu_preflight_min_compute_capability: expected compute capability 12.0 or higher on every GPU, "
@@ -85,24 +85,48 @@ def test_facts_recorded_on_real_h200_nodes(mismatches, run):
     facts = json.loads((GPU_RUNS / run / "gpu_topology.json").read_text())
     count = facts["gpu_count"]
     expected = {**H200_PAIR, "expected_gpu_count": count, "expected_interconnect": "nvlink" if count > 1 else "none"}
-    assert mismatches(facts, expected, tp_size=count) == []
-    assert mismatches(facts, {**expected, "expected_gpu_count": 8}, tp_size=count) == [
+    assert mismatches(facts, expected, server_args={"tp_size": count}) == []
+    assert mismatches(facts, {**expected, "expected_gpu_count": 8}, server_args={"tp_size": count}) == [
         f"gpu_preflight_expected_gpu_count: expected 8 GPUs, found {count}"]
 
 
-@pytest.mark.parametrize(("tp_size", "message"), [
-    (3, "sglang_server_args.tp_size: tp_size 3 does not divide the 8 GPUs found"),
-    (0, "sglang_server_args.tp_size: tp_size 0 must be at least 1"),
-    ("eight", "sglang_server_args.tp_size: tp_size 0 must be at least 1"),
-    (16, "sglang_server_args.tp_size: tp_size 16 exceeds the 8 GPUs found"),
+IDLE = "; set sglang_allow_idle_gpus: true to deploy it anyway"
+
+
+@pytest.mark.parametrize(("server_args", "message"), [
+    ({"tp_size": 3}, "sglang_server_args.tp_size: tp_size 3 = 3 GPU(s) per node, so 5 of the node's 8 GPU(s) would sit "
+                     "idle" + IDLE),
+    ({"tp_size": 16}, "sglang_server_args.tp_size: tp_size 16 = 16 GPU(s) per node, but the node has 8 GPU(s)"),
+    ({"tp_size": 4, "pp_size": 4}, "sglang_server_args.tp_size, sglang_server_args.pp_size: tp_size 4 x pp_size 4 = "
+                                   "16 GPU(s) per node, but the node has 8 GPU(s)"),
+    ({"tp_size": 4, "base_gpu_id": 6}, "sglang_server_args.tp_size, sglang_server_args.base_gpu_id: tp_size 4, GPU ids "
+                                       "from 6 step 1 = 4 GPU(s) per node, but the node has 8 GPU(s)"),
 ])
-def test_tp_size_must_fit_the_gpus(mismatches, topology, tp_size, message):
-    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, tp_size=tp_size) == [message]
+def test_the_parallel_sizes_must_fit_the_gpus(mismatches, topology, server_args, message):
+    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args=server_args) == [message]
 
 
-@pytest.mark.parametrize("tp_size", [1, 2, 4, "8", None])
-def test_tp_sizes_that_fit_or_none_given(mismatches, topology, tp_size):
-    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, tp_size=tp_size) == []
+def test_the_same_rule_as_the_server_flag_check(mismatches, topology, project_module):
+    # One rule, applied early to the inventory and later to SGLang's resolved values.
+    probe = project_module("module_utils/sglang_args_probe.py")
+    for layout in ({"tp_size": 3}, {"tp_size": 2, "dp_size": 4}, {"tp_size": 4, "pp_size": 4}, {"tp_size": 8}):
+        problem = probe.gpu_layout_problem(layout, 8)
+        found = mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args=layout)
+        assert [line.split(": ", 1)[1] for line in found] == ([problem] if problem else [])
+
+
+@pytest.mark.parametrize("server_args", [{"tp_size": 8}, {"tp_size": "8"}, {"tp_size": 2, "dp_size": 4},
+                                         {"tp_size": 8, "dp_size": 8, "enable_dp_attention": True},
+                                         {"tp_size": "eight"}, None])
+def test_layouts_that_fit_or_cannot_be_read_here(mismatches, topology, server_args):
+    # A tp_size that is not an integer is the sglang role's type check's to name (before this role).
+    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args=server_args) == []
+
+
+def test_idle_gpus_only_when_allowed(mismatches, topology):
+    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args={"tp_size": 4}, allow_idle_gpus=True) == []
+    assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args={"tp_size": 4}) == [
+        "sglang_server_args.tp_size: tp_size 4 = 4 GPU(s) per node, so 4 of the node's 8 GPU(s) would sit idle" + IDLE]
 
 
 def test_driver_bounds_compare_numbers_per_component(mismatches, topology):

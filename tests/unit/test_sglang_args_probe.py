@@ -23,6 +23,8 @@ def probe(project_module):
 
 @pytest.fixture(scope="module")
 def check_module(project_module, probe):  # pylint: disable=unused-argument  # probe: registered before the module imports it
+    # Its other module utility too: without it this file passed only after another file had loaded it.
+    project_module("module_utils/sglang_args_variables.py", as_name="ansible.module_utils.sglang_args_variables")
     return project_module("library/sglang_server_args_check.py")
 
 
