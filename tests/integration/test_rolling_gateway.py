@@ -24,6 +24,7 @@ scanned and left alone is test_gateway.py's second run): the gateway is the one
 roles/sglang_gateway deploys, reached as clients reach it (TLS, API key; tests/gateway_client.py).
 """
 
+import difflib
 import sys
 import threading
 import time
@@ -77,6 +78,14 @@ class Fleet:
         return LoadRun(target, clients=CLIENTS).start()
 
 
+def _changed_lines(diff):
+    """The lines a --diff result changed (unified diff of its before and after texts), else the result as text."""
+    if isinstance(diff, dict) and isinstance(diff.get("before"), str) and isinstance(diff.get("after"), str):
+        return "\n".join(difflib.unified_diff(diff["before"].splitlines(), diff["after"].splitlines(),
+                                               "before", "after", lineterm=""))
+    return str(diff)[:1500]
+
+
 @pytest.fixture(scope="module")
 def fleet(gateway_fleet, tmp_path_factory):
     fleet = Fleet(gateway_fleet, tmp_path_factory.mktemp("rolling"))
@@ -89,7 +98,7 @@ def fleet(gateway_fleet, tmp_path_factory):
     assert settle.rc == 0, settle.failure_messages() or settle.stdout[-5000:]
     if settle.changed:
         warnings.warn(f"the gateway fleet had drifted before the rolling tests: {settle.changed_tasks()}; "
-                      f"diffs: {[(host, what, str(diff)[:1500]) for host, what, diff in settle.diffs()]}")
+                      f"diffs: {[(host, what, _changed_lines(diff)) for host, what, diff in settle.diffs()]}")
     fleet.gateway.wait_workers(fleet.urls, timeout=180)
     return fleet
 
