@@ -18,13 +18,19 @@ import json
 import re
 import shlex
 import types
+from pathlib import Path
 
 import node_state
 import pytest
+import yaml
 from ansible_run import run_playbook
 
 EXTRA = {"nccl_tuning_delivery": "sitecustomize"}
+# The venv sglang_install makes (roles/sglang defaults; the test inventory keeps it).
+SGLANG_VENV = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles" / "sglang" / "defaults" / "main.yml")
+                             .read_text())["sglang_venv"]
 NCCL_MARK = "sglang-canon nccl_tuning"
+NODE_EXPORTER, NODE_EXPORTER_ARGS = "/usr/bin/prometheus-node-exporter", "/etc/default/prometheus-node-exporter"
 
 
 def _site(drift, **kwargs):
@@ -56,11 +62,26 @@ def _scan(drift):
 
 @pytest.fixture(scope="module")
 def drift(converged_node, node_sets):
-    # The operator's dry run on a fresh node, before anything was installed (test_check_mode_*):
-    # a bare node of its own, since this file's converged node comes from the snapshot.
-    fresh = node_sets("drift-fresh").nodes()[0]
+    # The operator's dry run on fresh hosts, before anything was installed (test_check_mode_*):
+    # bare nodes of their own (this file's converged node comes from the snapshot), a serving
+    # node, a gateway and a monitor, so that every play of site.yml meets a host with nothing on it.
+    fresh_hosts = {node.group: node for node in node_sets("drift-fresh", 1, gateway=True, monitor=True).nodes()}
+    fresh = fresh_hosts["sglang_nodes"]
     fresh_check = _check_diff(fresh)
-    fresh_check_left_no_unit = node_state.ssh(fresh, f"test -e {node_state.UNIT} && echo present || echo absent").strip()
+    # What a first converge makes, host by host and play by play (plays 1, 4 and 5 have a
+    # check_mode keyword of their own): a dry run must leave every one of them absent.
+    made_by_a_converge = {
+        "sglang_nodes": [SGLANG_VENV, NODE_EXPORTER, NODE_EXPORTER_ARGS, node_state.STATE_DIR, node_state.UNIT,
+                         node_state.ENV_FILE, node_state.DOC],
+        "sglang_gateways": ["/opt/sglang-gateway", "/etc/sglang-gateway", "/etc/systemd/system/sglang-gateway.service",
+                            NODE_EXPORTER],
+        "sglang_monitors": ["/usr/bin/prometheus", "/etc/default/prometheus", NODE_EXPORTER],
+    }
+    fresh_check_left = [
+        path
+        for group, paths in made_by_a_converge.items()
+        for path in node_state.ssh(fresh_hosts[group], " ".join(f"! test -e {p} || echo {p};" for p in paths)).split()
+    ]
     node = converged_node.node
     first = run_playbook("site.yml", node.inventory, extravars=EXTRA)
     assert first.rc == 0, first.stdout[-6000:]
@@ -77,7 +98,7 @@ def drift(converged_node, node_sets):
         fresh_check=fresh_check,
         first=first,
         fresh_converge=converged_node.first_run,  # the worker's first converge of a fresh node
-        fresh_check_left_no_unit=fresh_check_left_no_unit == "absent",
+        fresh_check_left=fresh_check_left,
         paths=paths,
         baseline=baseline,
         sitecustomize=sitecustomize[0],
@@ -162,12 +183,15 @@ def test_check_mode_on_a_fresh_node_says_what_would_be_installed_without_failing
     assert check.changed > 0  # a fresh node has everything to do
     said = "\n".join(check.messages())
     assert "check mode: pip would install sglang==" in said, said
+    # the gateway and the monitor say what they would install, too
+    assert "check mode: pip would install sglang-router==" in said, said
+    assert "check mode: apt-get would install prometheus from " in said, said
     assert "the stack is verified after that install" in said, said
     # the unit it would write is shown as a diff (a new file's diff names the rendered template), and
     # check mode wrote nothing
     unit_diffs = [diff for _, what, diff in check.diffs() if what.endswith("/sglang.service.j2")]
     assert len(unit_diffs) == 1 and "ExecStart=" in unit_diffs[0]["after"], [w for _, w, _ in check.diffs()]
-    assert drift.fresh_check_left_no_unit
+    assert drift.fresh_check_left == [], f"--check made {drift.fresh_check_left} on a fresh node"
 
 
 def test_a_fresh_converge_prints_no_failure(drift):

@@ -284,6 +284,9 @@ def test_allow_insecure_warns_on_every_run(gateway_fleet):
         "sglang_gateway_api_keys": [], "sglang_gateway_allow_insecure": True})
     assert result.rc == 0, result.stdout[-3000:]
     assert any(m.startswith("WARNING: sglang_gateway_allow_insecure is true") for m in result.messages())
+    # --check wrote nothing: the gateway still starts with its API key (a play-level check_mode
+    # of false once made this dry run rewrite the unit without it)
+    assert "--api-key ${SGLANG_GATEWAY_API_KEY}" in gateway_fleet.gateway.ssh(f"cat {UNIT}", check=True).stdout
 
 
 def test_production_doc_names_the_gateway_and_its_certificate_never_a_key(gateway_fleet):
