@@ -241,20 +241,21 @@ _FLEETS = []  # this worker's gateway fleet, once made
 
 @pytest.fixture(scope="session")
 def gateway_fleet(_all_node_sets, converged_snapshot, tmp_path_factory):
-    """Two serving nodes behind one gateway, watched by one monitor, made and converged once per
+    """Three serving nodes behind one gateway, watched by one monitor, made and converged once per
     worker and shared by the files of FLEET_FILES (one xdist group: one worker, one after the other).
 
     The serving nodes start from this worker's converged snapshot; this first run moves their
-    servers onto their own addresses (both at once: the rollout order is the rolling
+    servers onto their own addresses (all at once: the rollout order is the rolling
     tests' subject, not this set-up's), sets up the gateway host in front of running servers and
     the monitor, both from the base image. Each file leaves the fleet converged on this inventory
     (the rolling deploys, which change it, run last). The fleet goes down after the last test of
     those files (pytest_runtest_teardown below), not at the end of the session: idle, its four
     hosts and their probes would cost the other files CPU.
     """
-    # Two serving nodes are the fewest that keep one serving while the other restarts; each
-    # more node costs every fleet run a host's worth of the 2-core CI machine's CPU.
-    node_set = _all_node_sets("gateway-fleet", 2, gateway=True, monitor=True,
+    # Three serving nodes (issue 14 §5): a rollout has a batch before and a batch after the one
+    # restarting, and two keep serving while one restarts; each node costs every fleet run a
+    # host's worth of the 2-core CI machine's CPU.
+    node_set = _all_node_sets("gateway-fleet", 3, gateway=True, monitor=True,
                               from_snapshot=converged_snapshot.directory)
     inventory = fleet_inventory(node_set.inventory, tmp_path_factory.mktemp("gateway-fleet") / "inventory.yml")
     fleet = GatewayFleet(node_set, inventory)

@@ -1,6 +1,6 @@
 """The gateway fleet of the integration tests: its inventory and the hosts a test uses.
 
-Two serving nodes, one gateway and one monitor (tests/testnode up 2 --gateway --monitor), made
+Three serving nodes, one gateway and one monitor (tests/testnode up 3 --gateway --monitor), made
 and converged once per pytest-xdist worker by the session fixture gateway_fleet
 (tests/conftest.py) and shared by the files of conftest's FLEET_FILES.
 """

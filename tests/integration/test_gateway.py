@@ -1,4 +1,4 @@
-"""SGLang's gateway (sglang-router 0.3.2) in front of a fleet: 2 serving nodes, 1 gateway host.
+"""SGLang's gateway (sglang-router 0.3.2) in front of a fleet: 3 serving nodes, 1 gateway host.
 
 The fleet is the session fixture `gateway_fleet` (tests/conftest.py: with a monitor too), made
 and converged once and shared with test_monitoring.py and test_rolling_gateway.py, which run

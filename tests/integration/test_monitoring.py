@@ -1,8 +1,8 @@
-"""Prometheus on the gateway fleet's monitor (conftest's gateway_fleet: 2 serving nodes, one
+"""Prometheus on the gateway fleet's monitor (conftest's gateway_fleet: 3 serving nodes, one
 gateway, one monitor, converged once).
 
-Prometheus (Debian's package, installed from the harness's .deb cache) scrapes the two servers,
-the gateway's own metrics, the four node exporters and its Alertmanager (Debian's, turned on by
+Prometheus (Debian's package, installed from the harness's .deb cache) scrapes the three servers,
+the gateway's own metrics, the five node exporters and its Alertmanager (Debian's, turned on by
 the fleet's inventory), and evaluates the project's rules; stopping a server fires
 SGLangServerDown within its `for:`, and Alertmanager sends it to the webhook receiver, then its
 resolution; a scrape configuration, a rule and Alertmanager's configuration edited by hand are

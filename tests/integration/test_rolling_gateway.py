@@ -1,6 +1,6 @@
 """Rolling deploys of a fleet behind SGLang's gateway (sglang-router 0.3.2) drop no request (issue 14 §3).
 
-Two serving nodes, their server on the node's own address, behind one gateway; 16
+Three serving nodes, their server on the node's own address, behind one gateway; 16
 clients send requests through the gateway only, each request taking about half a second on
 the server (SGLANG_DOUBLE_REQUEST_SECONDS in the fleet's inventory), so requests are in flight
 whenever a node is taken out. Proven here:
@@ -16,7 +16,7 @@ whenever a node is taken out. Proven here:
   firewall and server start on boot);
 - the first node's new configuration never gets healthy: it is rolled back, file for file, and
   added back to the gateway only once healthy on its last good configuration, which a drift
-  scan then finds in order; the batch after is not touched, and no client request fails.
+  scan then finds in order; the batches after it are not touched, and no client request fails.
 
 The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
 test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
@@ -233,7 +233,7 @@ def test_a_node_killed_under_load_costs_no_request_and_comes_back_into_rotation(
     victim = fleet.nodes[0]
     pid = main_pid(victim)
     load = fleet.load()
-    while load.completed() < 20:  # the load is flowing through both nodes
+    while load.completed() < 20:  # the load is flowing through the nodes
         time.sleep(0.1)
     victim.ssh(f"kill -9 {pid}", check=True)
     # systemd restarts it (RestartSec=1 here); the gateway's health checks take it back
@@ -283,7 +283,7 @@ def test_a_node_rebooted_under_load_costs_no_request_and_comes_back_into_rotatio
 
 
 def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_back(fleet):
-    failing, after = fleet.nodes
+    failing, *after = fleet.nodes
     # The earlier tests left every node on WARMUP 2 (this inventory); going back to the base
     # environment is a new configuration for each node, and the first one's never gets healthy.
     deployed = fleet.inventory(WARMUP_2)
@@ -293,8 +293,8 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     }})
     paths = node_state.managed_paths(failing)
     good = node_state.fingerprint(failing, paths)
-    after_pid = main_pid(after)
-    after_env_sha = after.testinfra_host().file(node_state.ENV_FILE).sha256sum
+    after_pids = {node.name: main_pid(node) for node in after}
+    after_env_shas = {node.name: node.testinfra_host().file(node_state.ENV_FILE).sha256sum for node in after}
     load = fleet.load()
     result = run_playbook("site.yml", inventory)
     stats = load.stop()
@@ -316,11 +316,12 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     environment = server_environment(failing)
     assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in environment and "SGLANG_DOUBLE_WARMUP_SECONDS=2" in environment
     fleet.gateway.wait_workers(fleet.urls, timeout=10)
-    # the rollout stopped: the batch after the failure was not taken out, nor changed, nor
-    # restarted (only the check-mode scan looked at it)
-    assert results_of(result, LEAVE, after.name) == [] and changes_outside_the_scan(result, after.name) == []
-    assert main_pid(after) == after_pid
-    assert after.testinfra_host().file(node_state.ENV_FILE).sha256sum == after_env_sha
+    # the rollout stopped: the batches after the failure were not taken out, nor changed, nor
+    # restarted (only the check-mode scan looked at them)
+    for node in after:
+        assert results_of(result, LEAVE, node.name) == [] and changes_outside_the_scan(result, node.name) == []
+    assert {node.name: main_pid(node) for node in after} == after_pids
+    assert {node.name: node.testinfra_host().file(node_state.ENV_FILE).sha256sum for node in after} == after_env_shas
     # the rolled-back configuration is the one deployed before (issue 19): a drift scan of the
     # fleet against that inventory finds nothing to change, and restarts nothing
     pids = {node.name: main_pid(node) for node in fleet.nodes}
