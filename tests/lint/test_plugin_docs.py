@@ -1,4 +1,4 @@
-"""Every module, callback and filter plugin of the project has documentation that ansible-doc renders."""
+"""Every module, callback, lookup and filter plugin of the project has documentation that ansible-doc renders."""
 
 import os
 import subprocess
@@ -8,6 +8,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The project's filters and the role-local ones (roles/NAME/filter_plugins), each with NAME.yml docs.
 FILTER_DIRS = [REPO / "filter_plugins", *sorted(REPO.glob("roles/*/filter_plugins"))]
 CALLBACK_DIR = REPO / "callback_plugins"
+LOOKUP_DIR = REPO / "lookup_plugins"
 MODULE_DIR = REPO / "library"
 
 
@@ -55,6 +56,12 @@ def test_every_callback_renders_its_documentation():
     names = sorted(p.stem for p in CALLBACK_DIR.glob("*.py"))
     assert "sglang_drift" in names
     _assert_documented("callback", names)
+
+
+def test_every_lookup_renders_its_documentation():
+    names = sorted(p.stem for p in LOOKUP_DIR.glob("*.py"))
+    assert "sglang_patch_sets" in names
+    _assert_documented("lookup", names)
 
 
 def test_every_module_renders_its_documentation():
