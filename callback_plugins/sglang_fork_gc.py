@@ -14,8 +14,8 @@ Frozen objects are never collected, so garbage frozen along the way stays until 
 run, when the heap is unfrozen. An earlier version unfroze and collected at each play start to
 bound that to one play's garbage: it cost 0.27 s of CPU per no-op (a full collection of the heap,
 7 times) and kept the peak only 0.8 MB lower (70.8 against 71.6 MB, 3 runs each), so plays no
-longer unfreeze. Set SGLANG_FORK_GC=0 (or
-``[callback_sglang_fork_gc] enabled = false``) to run without it.
+longer unfreeze. Set SGLANG_FORK_GC=0 (or ``[callback_sglang_fork_gc] enabled = false``) to run
+without it.
 """
 
 from __future__ import annotations

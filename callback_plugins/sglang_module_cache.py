@@ -119,7 +119,6 @@ def is_payload(name):
 
 def copy_missing(source, destination):
     """Copy every payload in source that destination lacks, each by a rename of a complete file."""
-    copied = 0
     for name in os.listdir(source):
         target = os.path.join(destination, name)
         if not is_payload(name) or os.path.exists(target):
@@ -129,11 +128,9 @@ def copy_missing(source, destination):
             with os.fdopen(handle, "wb") as out, open(os.path.join(source, name), "rb") as payload:
                 shutil.copyfileobj(payload, out)
             os.replace(partial, target)
-            copied += 1
         finally:
             if os.path.exists(partial):
                 os.unlink(partial)
-    return copied
 
 
 def remove_stale(parent, keep, max_age_seconds, now):
@@ -169,6 +166,7 @@ class CallbackModule(CallbackBase):
             parent = os.path.expanduser(self.get_option("path"))
             key = sources_digest(source_roots(), extra=(ansible.__version__, sys.version))
             kept = os.path.join(parent, key)
+            # ansible-core unpickles what is in here: only this user may write to it.
             os.makedirs(kept, mode=0o700, exist_ok=True)
             os.utime(kept)
             remove_stale(parent, key, self.get_option("max_age_days") * 86400, time.time())
