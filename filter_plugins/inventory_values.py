@@ -37,6 +37,10 @@ except ImportError:  # pragma: no cover - only outside Ansible
 _CONTROL = {code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F]}
 _CONTROL.update({0x00: "\\0", 0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 
+# libyaml's loader where PyYAML was built with it: the pure-Python one spends ~50 ms of every
+# run's first check on the roles' argument specs (safe either way: no Python tags).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 # bool before int: True is an int too. isinstance, since Ansible hands over tagged subclasses.
 _TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (type(None), "null"))
 
@@ -76,7 +80,7 @@ def role_options(roles_dir):
     """Sorted names of the options declared in roles_dir/*/meta/argument_specs.yml."""
     names = set()
     for spec_file in sorted(Path(roles_dir).glob("*/meta/argument_specs.yml")):
-        specs = (yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}).get("argument_specs") or {}
+        specs = (yaml.load(spec_file.read_text(encoding="utf-8"), Loader=_SAFE_LOADER) or {}).get("argument_specs") or {}
         for entry in specs.values():
             names.update((entry or {}).get("options") or {})
     return sorted(names)

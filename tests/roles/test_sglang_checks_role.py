@@ -5,7 +5,8 @@ and mappings, whose values are strings) gets a newline, a carriage return or a N
 inventory host per character, each carrying every poisoned variable at once, runs
 roles/sglang/tasks/check_control_characters.yml. Each host must be refused with one line per
 variable, naming it, the character and its position; a host with the roles' defaults passes.
-Values of the wrong type are refused naming the type (roles/sglang/tasks/check_server_args.yml).
+Values of the wrong type are refused naming the type, and a service environment SGLang would
+misread is refused naming the entry (roles/sglang/tasks/check_server_args.yml).
 """
 
 import os
@@ -52,6 +53,22 @@ WRONG_TYPES = {
     ),
 }
 
+# host -> (sglang_service_environment, the message expected)
+WRONG_ENVIRONMENTS = {
+    "spec-v2-misspelt": (
+        {"SGLANG_ENABLE_SPEC_V2": "on"},
+        'sglang_service_environment.SGLANG_ENABLE_SPEC_V2: "on" is not one of',
+    ),
+    "environment-name-not-an-identifier": (
+        {"NCCL-PROTO": "LL"},
+        "sglang_service_environment: names must be shell identifiers, not NCCL-PROTO",
+    ),
+    "environment-value-not-a-string": (
+        {"SGLANG_ENABLE_SPEC_V2": 1},
+        "sglang_service_environment: values must be quoted strings",
+    ),
+}
+
 
 def _string_options():
     """name -> poisoned value builder, for every option that can hold a string."""
@@ -91,6 +108,8 @@ def fixture_outcome(tmp_path_factory):
     hosts = {"defaults": {}}
     for host, (changes, _) in WRONG_TYPES.items():
         hosts[host] = {"sglang_server_args": {**CANONICAL_ARGS, **changes}}
+    for host, (environment, _) in WRONG_ENVIRONMENTS.items():
+        hosts[host] = {"sglang_service_environment": environment}
     for case, (char, _) in CHARACTERS.items():
         hosts[case] = {name: poison(char) for name, poison in OPTIONS.items()}
     inventory = tmp_path / "inventory.yml"
@@ -141,3 +160,10 @@ def test_a_value_of_the_wrong_type_is_refused_naming_its_type(outcome, host):
     failed, stdout = outcome
     assert host in failed, stdout[-3000:]
     assert WRONG_TYPES[host][1] in failed[host], failed[host]
+
+
+@pytest.mark.parametrize("host", list(WRONG_ENVIRONMENTS))
+def test_an_environment_sglang_would_misread_is_refused_naming_the_entry(outcome, host):
+    failed, stdout = outcome
+    assert host in failed, stdout[-3000:]
+    assert WRONG_ENVIRONMENTS[host][1] in failed[host], failed[host]
