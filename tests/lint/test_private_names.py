@@ -16,10 +16,6 @@ ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 SET_FACT = ("ansible.builtin.set_fact", "ansible.legacy.set_fact", "set_fact")
 SET_FACT_ARGUMENTS = {"cacheable"}
 
-# Not renamed yet: gpu_preflight's private fact still carries the public prefix. Remove the
-# entry when the role is renamed (test_leftovers_are_still_there fails once it is).
-LEFTOVERS = {("gpu_preflight", "gpu_preflight_mismatches")}
-
 
 class _Loader(yaml.SafeLoader):
     """Safe loading that takes Ansible's tags (!unsafe, !vault) as plain values."""
@@ -81,7 +77,7 @@ def test_every_name_a_role_makes_is_an_option_a_handed_on_fact_or_private():
     for role, made in _made_by_each_role().items():
         options, facts = _options(role), _readme_facts(role)
         for kind, name, where in sorted(made):
-            if name.startswith(f"__{role.name}_") or name in options or (role.name, name) in LEFTOVERS:
+            if name.startswith(f"__{role.name}_") or name in options:
                 continue
             if kind == "set_fact" and (name in facts or _read_outside(role, name)):
                 continue
@@ -89,8 +85,3 @@ def test_every_name_a_role_makes_is_an_option_a_handed_on_fact_or_private():
                 continue
             wrong.append(f"{where}: {kind} {name} (private names are __{role.name}_*)")
     assert not wrong, "\n".join(wrong)
-
-
-def test_leftovers_are_still_there():
-    made = {(role.name, name) for role, names in _made_by_each_role().items() for _, name, _ in names}
-    assert LEFTOVERS <= made, f"renamed already, drop from LEFTOVERS: {sorted(LEFTOVERS - made)}"
