@@ -13,6 +13,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.module_utils import package_patch_node
+from ansible.module_utils.patch_copies import remove_copies, sync_copies
 from ansible.module_utils.package_patch import (
     build_plan,
     default_pristine_dir,
@@ -112,6 +113,17 @@ options:
     description: Byte-compile the files written, with O(python).
     type: bool
     default: true
+  keep_copies:
+    description:
+      - Folder on the node where the text of each patch is kept, at C(KEEP_COPIES/NAME) (a name
+        C(SET/FILE) gets the set's folder), as the operator's record of what is applied, in the same
+        round trip as the patching.
+      - With O(state=present), each copy is written when it differs (folders 0755, files 0644, owned
+        by the user the module runs as, root on a node; a drifted mode or owner is put right too),
+        after the package files. With
+        O(state=absent), the copies of the named patches go (a set's whole folder).
+      - Unset, no copies are kept or removed.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -207,6 +219,12 @@ files:
       pristine_sha256: 6c4c...
       pristine_source: disk
       note: pristine file (fresh install or reinstalled)
+copies_changed:
+  description: Folders and copies of O(keep_copies) made, put right or removed (or that would be, in check mode).
+  returned: success
+  type: list
+  elements: str
+  sample: [/var/lib/sglang-canon/patches/sglang-0.5.9/0001-strict-sglang-enable-spec-v2.patch]
 files_changed:
   description: Package files written (or that would be written in check mode). Empty means no restart is needed.
   returned: success
@@ -328,6 +346,7 @@ def main():
             pristine_dir=dict(type="path"),
             pristine_wheel=dict(type="path"),
             byte_compile=dict(type="bool", default=True),
+            keep_copies=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -392,6 +411,19 @@ def main():
                 result["msg"] = "files were patched but byte-compiling failed: %s" % exc
                 module.fail_json(**result)
             result["byte_compiled"] = to_compile
+
+    # After the package files: a copy says what was applied.
+    if params["keep_copies"]:
+        try:
+            if params["state"] == "present":
+                copies = sync_copies(params["keep_copies"], [(p.name, p.data) for p in patches], module.check_mode,
+                                     uid=os.geteuid(), gid=os.getegid())
+            else:
+                copies = remove_copies(params["keep_copies"], [p.name for p in patches], module.check_mode)
+        except (OSError, ValueError) as exc:
+            result["msg"] = "the package files are done, but keeping the patches' copies failed: %s" % to_native(exc)
+            module.fail_json(**result)
+        result.update(copies_changed=copies, changed=result["changed"] or bool(copies))
 
     summary = {}
     for fplan in plan.files:

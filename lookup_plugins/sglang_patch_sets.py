@@ -19,7 +19,7 @@ description:
     order of its C(patches). Without it the directory name C(PACKAGE-VERSION) says what it was
     made for, and its C(*.patch) files apply sorted by name.
   - Returns one dictionary with the resolved sets, the patches in the order they apply (with their
-    text and where they go on the node), and a message for each reason to refuse the sets. The
+    text), and a message for each reason to refuse the sets. The
     role refuses the run on any message, before anything on the node changes.
   - One task on the controller instead of a loop of tasks per set and per patch.
 options:
@@ -44,10 +44,6 @@ options:
     description: The version of O(package) every set must be made for.
     type: str
     required: true
-  node_dir:
-    description: The folder on the node the sets are copied into, one subfolder per set.
-    type: str
-    required: true
 """
 
 EXAMPLES = r"""
@@ -55,7 +51,7 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     sets: >-
       {{ lookup('sglang_patch_sets', *sglang_patches_sets, role_path=role_path, playbook_dir=playbook_dir,
-                package='sglang', version='0.5.9', node_dir='/var/lib/sglang-canon/patches') }}
+                package='sglang', version='0.5.9') }}
 """
 
 RETURN = r"""
@@ -68,7 +64,7 @@ _raw:
       description: Each set, with C(name), C(dir), C(exists), C(package), C(version) and C(patches) (file names, in order).
       type: list
     patches:
-      description: Each patch in the order it applies, with C(name) (SET/FILE), C(src), C(dest) (on the node) and C(content).
+      description: Each patch in the order it applies, with C(name) (SET/FILE) and C(content).
       type: list
     errors:
       description: Why the sets must be refused, one message each; empty when they may be applied.
@@ -131,20 +127,14 @@ def set_errors(sets, package, version):
     return errors
 
 
-def patches_in_order(sets, node_dir):
-    """Each patch of the sets in the order they apply, with its text and its place on the node."""
+def patches_in_order(sets):
+    """Each patch of the sets in the order they apply, named SET/FILE, with its text."""
     patches = []
     for one in sets:
         for patch in one["patches"]:
-            src = os.path.join(one["dir"], patch)
-            with open(src, encoding="utf-8", newline="") as handle:
+            with open(os.path.join(one["dir"], patch), encoding="utf-8", newline="") as handle:
                 content = handle.read()
-            patches.append({
-                "name": f"{one['name']}/{patch}",
-                "src": src,
-                "dest": f"{node_dir}/{one['name']}/{patch}",
-                "content": content,
-            })
+            patches.append({"name": f"{one['name']}/{patch}", "content": content})
     return patches
 
 
@@ -158,5 +148,5 @@ class LookupModule(LookupBase):
         except (OSError, yaml.YAMLError) as error:
             raise AnsibleLookupError(f"sglang_patches_sets: cannot read a patch set: {error}") from error
         errors = set_errors(sets, self.get_option("package"), self.get_option("version"))
-        patches = [] if errors else patches_in_order(sets, self.get_option("node_dir"))
+        patches = [] if errors else patches_in_order(sets)
         return [{"sets": sets, "patches": patches, "errors": errors}]

@@ -141,6 +141,9 @@ DRIFTS = {
     "secrets-file-mode-changed": lambda d: f"chmod 0644 {node_state.SECRETS_FILE}",
     # -f: the server keeps running under the uid whose account is gone
     "service-user-deleted": lambda d: "userdel -f sglang && ! getent passwd sglang",
+    # a venv file others may write: the server would run code anyone on the node can change
+    "venv-file-loosened": lambda d: "chmod o+w {0} && test -n \"$(find {0} -perm -o+w)\"".format(
+        shlex.quote(_patched_file(d)[0])),
 }
 
 
@@ -154,7 +157,8 @@ DRIFT_GROUPS = (
     ("unit-edited", "env-file-edited", "env-file-owner-changed", "secrets-file-mode-changed", "patched-file-reverted",
      "nccl-block-removed-from-sitecustomize", "service-stopped"),
     # disabled, then masked: it stops the server, whose user then goes, and its environment file
-    ("service-disabled", "patch-manifest-deleted", "service-masked", "service-user-deleted", "env-file-deleted"),
+    ("service-disabled", "patch-manifest-deleted", "service-masked", "service-user-deleted", "env-file-deleted",
+     "venv-file-loosened"),
 )
 
 
@@ -216,6 +220,7 @@ SCANNED_DRIFT = {
     "service-stopped": "Enable the service on boot and start it",
     "patched-file-reverted": "Apply the patch sets to the installed SGLang",
     "nccl-block-removed-from-sitecustomize": "Write the NCCL block into sitecustomize.py",
+    "venv-file-loosened": "Give the venv back to root",
 }
 
 

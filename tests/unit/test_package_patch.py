@@ -590,6 +590,28 @@ def test_module_check_diff_then_apply_then_idempotent(site, tmp_path):
     assert not again["changed"] and again["files_changed"] == []
 
 
+def test_module_keeps_each_patch_text_in_its_set_folder_and_absent_removes_the_set(site, tmp_path):
+    copies = tmp_path / "patches"
+    inline = [{"name": "fakepkg-1.0/0002-util.patch", "content": util_patch().data.decode()}]
+    kept = copies / "fakepkg-1.0" / "0002-util.patch"
+
+    checked = run_module(module_args(site, inline, keep_copies=str(copies)), check=True)
+    assert checked["copies_changed"] == [str(copies), str(copies / "fakepkg-1.0"), str(kept)]
+    assert not copies.exists()
+
+    applied = run_module(module_args(site, inline, keep_copies=str(copies)))
+    assert applied["changed"] and kept.read_bytes() == util_patch().data
+    kept.write_text("edited by hand\n")
+    repaired = run_module(module_args(site, inline, keep_copies=str(copies)))
+    # the package files were right: a changed copy alone is a change, and no restart (files_changed)
+    assert repaired["changed"] and repaired["copies_changed"] == [str(kept)] and repaired["files_changed"] == []
+    assert kept.read_bytes() == util_patch().data
+    assert not run_module(module_args(site, inline, keep_copies=str(copies)))["changed"]
+
+    removed = run_module(module_args(site, inline, state="absent", keep_copies=str(copies)))
+    assert removed["copies_changed"] == [str(copies / "fakepkg-1.0")] and not (copies / "fakepkg-1.0").exists()
+
+
 def test_module_refuses_wrong_version_naming_both(site):
     before = site.snapshot()
     result = run_module(dict(module_args(site, [{"name": "p", "content": util_patch().data.decode()}]), version="2.0"))

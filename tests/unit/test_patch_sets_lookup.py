@@ -23,15 +23,14 @@ def _set(root, name, patches, meta=None):
     return folder
 
 
-def test_the_shipped_set_resolves_in_set_yml_order_with_text_and_node_paths(lookup):
+def test_the_shipped_set_resolves_in_set_yml_order_with_text(lookup):
     sets = [lookup.resolve_set("sglang-0.5.9", str(ROLE), "/nowhere")]
     assert sets[0]["dir"] == f"{ROLE}/files/sglang-0.5.9"
     assert (sets[0]["exists"], sets[0]["package"], sets[0]["version"]) == (True, "sglang", "0.5.9")
     assert sets[0]["patches"] == ["0001-strict-sglang-enable-spec-v2.patch", "0002-spec-v2-skip-drafting-at-running-requests.patch"]
     assert lookup.set_errors(sets, "sglang", "0.5.9") == []
-    patches = lookup.patches_in_order(sets, "/var/lib/sglang-canon/patches")
+    patches = lookup.patches_in_order(sets)
     assert [patch["name"] for patch in patches] == [f"sglang-0.5.9/{name}" for name in sets[0]["patches"]]
-    assert patches[0]["dest"] == "/var/lib/sglang-canon/patches/sglang-0.5.9/0001-strict-sglang-enable-spec-v2.patch"
     assert patches[0]["content"] == (ROLE / "files" / "sglang-0.5.9" / sets[0]["patches"][0]).read_text(encoding="utf-8")
 
 
@@ -41,7 +40,7 @@ def test_a_set_without_set_yml_is_named_package_version_and_applies_patches_sort
     one = lookup.resolve_set("../sglang-0.5.9", "/role", str(tmp_path / "plays"))
     assert one["dir"] == f"{tmp_path}/plays/../sglang-0.5.9"
     assert (one["name"], one["package"], one["version"], one["patches"]) == ("sglang-0.5.9", "sglang", "0.5.9", ["a.patch", "b.patch"])
-    assert lookup.patches_in_order([one], "/n")[0]["content"] == "--- a.patch\r\n"  # bytes as they are: CRLF kept
+    assert lookup.patches_in_order([one])[0]["content"] == "--- a.patch\r\n"  # bytes as they are: CRLF kept
 
 
 def test_every_refusal_is_named_with_the_set_and_its_folder(lookup, tmp_path):
