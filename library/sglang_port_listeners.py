@@ -17,7 +17,8 @@ description:
     each socket to the processes holding it and each process to its systemd unit (from
     C(/proc/PID/cgroup)).
   - Used before a deployment to refuse a port already taken by another program, while a
-    port held by the service being deployed is fine.
+    port held by the service being deployed is fine. With O(owner), the module refuses such a
+    port itself, naming each other program (one task instead of a lookup and an assert).
   - Needs no tools on the node (no ss, no lsof). Changes nothing.
 version_added: "0.1.0"
 author: sglang-canon
@@ -26,6 +27,15 @@ options:
     description: TCP port to look up.
     type: int
     required: true
+  owner:
+    description:
+      - The systemd unit that may hold the port (the service being deployed). When given, the
+        module fails if any other process listens on it.
+    type: str
+  name:
+    description: What the port is called in the refusal, e.g. the variable that sets it.
+    type: str
+    default: port
 attributes:
   check_mode:
     support: full
@@ -44,6 +54,12 @@ EXAMPLES = r"""
 - name: Refuse a port taken by another program
   ansible.builtin.assert:
     that: port.listeners | rejectattr('unit', 'equalto', 'sglang.service') | list | length == 0
+
+- name: The same in one task, the refusal naming the variable behind the port
+  sglang_port_listeners:
+    port: 30000
+    owner: sglang.service
+    name: sglang_server_args.port
 """
 
 RETURN = r"""
@@ -145,12 +161,33 @@ def listeners_on(port):
     return result
 
 
+def refusal(name, port, listeners, owner):
+    """Why the port cannot be used, naming each listener that is not owner's; None when it can."""
+    others = [one for one in listeners if one["unit"] != owner]
+    if not others:
+        return None
+    holders = ", ".join(f"{one['command']} (pid {one['pid']}, unit {one['unit'] or 'none'})" for one in others)
+    return f"{name}: {port} is already taken by {holders}"
+
+
 def main():
-    module = AnsibleModule(argument_spec={"port": {"type": "int", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "port": {"type": "int", "required": True},
+            "owner": {"type": "str"},
+            "name": {"type": "str", "default": "port"},
+        },
+        supports_check_mode=True,
+    )
     port = module.params["port"]
     if not 1 <= port <= 65535:
-        module.fail_json(msg=f"port: expected 1..65535, got {port}")
-    module.exit_json(changed=False, listeners=listeners_on(port))
+        module.fail_json(msg=f"{module.params['name']}: expected 1..65535, got {port}")
+    listeners = listeners_on(port)
+    if module.params["owner"] is not None:
+        why = refusal(module.params["name"], port, listeners, module.params["owner"])
+        if why:
+            module.fail_json(msg=why, listeners=listeners)
+    module.exit_json(changed=False, listeners=listeners)
 
 
 if __name__ == "__main__":

@@ -42,3 +42,16 @@ def test_unit_of_a_service_process_on_unified_and_hybrid_cgroups(listeners):
     assert listeners.unit_of(hybrid) == "ssh.service"
     assert listeners.unit_of("0::/user.slice/user-0.slice/session-3.scope\n") == "session-3.scope"
     assert listeners.unit_of("0::/\n") is None
+
+
+def test_a_port_held_by_another_program_is_refused_naming_each_one_and_the_owner_is_not(listeners):
+    held = [
+        {"address": "127.0.0.1", "port": 30000, "pid": 812, "command": "python3", "unit": "sglang.service"},
+        {"address": "::", "port": 30000, "pid": 9, "command": "nc", "unit": None},
+        {"address": "::", "port": 30000, "pid": 10, "command": "squat", "unit": "squat.service"},
+    ]
+    assert listeners.refusal("sglang_server_args.port", 30000, held[:1], "sglang.service") is None
+    assert listeners.refusal("sglang_server_args.port", 30000, [], "sglang.service") is None
+    assert listeners.refusal("sglang_server_args.port", 30000, held, "sglang.service") == (
+        "sglang_server_args.port: 30000 is already taken by nc (pid 9, unit none), squat (pid 10, unit squat.service)"
+    )
