@@ -41,6 +41,11 @@ class PlaybookResult:
             if e.get("event") == "runner_on_ok" and e["event_data"].get("res", {}).get("changed")
         ]
 
+    def skipped_tasks(self):
+        """'role : task' (or the task's name) of each task a host skipped."""
+        skipped = [e["event_data"] for e in self.events if e.get("event") == "runner_on_skipped"]
+        return [f"{data['role']} : {data.get('task')}" if data.get("role") else data.get("task") for data in skipped]
+
     def messages(self):
         """The msg of every task that succeeded (debug output included), as the task returned it:
         stdout is colored line by line and folded by the YAML callback, so phrases are read here."""

@@ -16,7 +16,10 @@ UNIT = "/etc/systemd/system/sglang.service"
 ENV_FILE = "/etc/sglang/sglang.env"
 SECRETS_FILE = "/etc/sglang/sglang.secrets.env"
 LAST_GOOD = "/etc/sglang/last-good"
-PROBE = "/usr/local/libexec/sglang-canon/sglang-wait-healthy"
+LIBEXEC = "/usr/local/libexec/sglang-canon"
+PROBE = f"{LIBEXEC}/sglang-wait-healthy"
+WATCHDOG_PROGRAM = f"{LIBEXEC}/sglang-watchdog"
+WATCHDOG_TIMER = "/etc/systemd/system/sglang-watchdog.timer"
 STATE_DIR = "/var/lib/sglang-canon"
 MANIFEST = f"{STATE_DIR}/patches/sglang.manifest.json"
 NCCL_RECORD = f"{STATE_DIR}/nccl/applied.json"
@@ -103,7 +106,11 @@ def managed_paths(node):
     """Every file site.yml writes on the node, found from its own records there."""
     manifest = json.loads(ssh(node, f"cat {MANIFEST}"))
     record = json.loads(ssh(node, f"cat {NCCL_RECORD}"))
-    paths = [UNIT, "/etc/sglang", ENV_FILE, SECRETS_FILE, LAST_GOOD, PROBE, MANIFEST, NCCL_RECORD, DOC]
+    paths = [UNIT, "/etc/sglang", ENV_FILE, SECRETS_FILE, LAST_GOOD, MANIFEST, NCCL_RECORD, DOC, STATE_DIR]
+    # the helper programs of the server's and the watchdog's units, the watchdog's units
+    paths += [LIBEXEC] + [f"{LIBEXEC}/{name}" for name in ("sglang-wait-healthy", "sglang-wait-active",
+                                                           "systemd-unit-verify", "sglang-watchdog")]
+    paths += ["/etc/systemd/system/sglang-watchdog.service", WATCHDOG_TIMER]
     paths += sorted(f"{LAST_GOOD}/{name}" for name in ("sglang.service", "sglang.env", "sglang.secrets.env"))
     paths += sorted(f"{manifest['site_packages']}/{rel}" for rel in manifest["files"])
     paths += [

@@ -141,6 +141,16 @@ DRIFTS = {
     "secrets-file-mode-changed": lambda d: f"chmod 0644 {node_state.SECRETS_FILE}",
     # -f: the server keeps running under the uid whose account is gone
     "service-user-deleted": lambda d: "userdel -f sglang && ! getent passwd sglang",
+    # the readiness probe of ExecStartPost= and a folder of sglang-canon's, each as another
+    # program or user left it (sglang_service compares them all in one read, then writes)
+    "probe-edited": lambda d: f"echo 'exit 0' >> {node_state.PROBE} && tail -n1 {node_state.PROBE} | grep -qx 'exit 0'",
+    "state-folder-loosened": lambda d: f"chmod 0777 {node_state.STATE_DIR}",
+    # the watchdog's timer and program (sglang_watchdog compares them in one read, then writes)
+    "watchdog-timer-edited": lambda d: (
+        f"sed -i 's/^AccuracySec=.*/AccuracySec=1min/' {node_state.WATCHDOG_TIMER}"
+        f" && grep -qx AccuracySec=1min {node_state.WATCHDOG_TIMER} && systemctl daemon-reload"
+    ),
+    "watchdog-program-mode-changed": lambda d: f"chmod 0700 {node_state.WATCHDOG_PROGRAM}",
     # a venv file others may write: the server would run code anyone on the node can change
     "venv-file-loosened": lambda d: "chmod o+w {0} && test -n \"$(find {0} -perm -o+w)\"".format(
         shlex.quote(_patched_file(d)[0])),
@@ -155,7 +165,8 @@ DRIFTS = {
 # (test_every_drift_kind_is_tested).
 DRIFT_GROUPS = (
     ("unit-edited", "env-file-edited", "env-file-owner-changed", "secrets-file-mode-changed", "patched-file-reverted",
-     "nccl-block-removed-from-sitecustomize", "service-stopped"),
+     "nccl-block-removed-from-sitecustomize", "service-stopped", "probe-edited", "state-folder-loosened",
+     "watchdog-timer-edited", "watchdog-program-mode-changed"),
     # disabled, then masked: it stops the server, whose user then goes, and its environment file
     ("service-disabled", "patch-manifest-deleted", "service-masked", "service-user-deleted", "env-file-deleted",
      "venv-file-loosened"),
@@ -221,6 +232,7 @@ SCANNED_DRIFT = {
     "patched-file-reverted": "Apply the patch sets to the installed SGLang",
     "nccl-block-removed-from-sitecustomize": "Write the NCCL block into sitecustomize.py",
     "venv-file-loosened": "Give the venv back to root",
+    "watchdog-timer-edited": "Write the watchdog's units",
 }
 
 
@@ -264,6 +276,14 @@ def test_check_mode_and_the_drift_scan_on_a_drifted_node_report_each_change_once
     assert not node_state.differences(drift.baseline, node_state.fingerprint(drift.node, drift.paths))
 
 
+# The includes a run reaches only when a role's one-read comparison (sglang_files_in_place) found
+# a file or folder that differs from what the role writes.
+WRITES_WHEN_DIFFERENT = (
+    "sglang_service : Write the folders, helper programs, unit, environment and secrets that differ",
+    "sglang_watchdog : Write the folders and files that differ",
+)
+
+
 def test_every_drift_kind_is_tested():
     grouped = [kind for group in DRIFT_GROUPS for kind in group]
     assert sorted(grouped) == sorted(DRIFTS) and len(grouped) == len(set(grouped))
@@ -283,3 +303,5 @@ def test_drift_is_repaired_by_one_run_and_the_next_run_changes_nothing(drift, ki
     again = _site(drift)
     assert again.rc == 0, node_state.failure_messages(again)
     assert again.changed == 0, again.changed_tasks()
+    # ... and found every file as it writes it in one read: the writing tasks were not even visited
+    assert set(WRITES_WHEN_DIFFERENT) <= set(again.skipped_tasks()), again.skipped_tasks()
