@@ -19,7 +19,8 @@ LAST_GOOD = "/etc/sglang/last-good"
 LIBEXEC = "/usr/local/libexec/sglang-canon"
 PROBE = f"{LIBEXEC}/sglang-wait-healthy"
 WATCHDOG_PROGRAM = f"{LIBEXEC}/sglang-watchdog"
-WATCHDOG_TIMER = "/etc/systemd/system/sglang-watchdog.timer"
+WATCHDOG_UNITS = ("/etc/systemd/system/sglang-watchdog.service", "/etc/systemd/system/sglang-watchdog.timer")
+WATCHDOG_TIMER = WATCHDOG_UNITS[1]
 STATE_DIR = "/var/lib/sglang-canon"
 MANIFEST = f"{STATE_DIR}/patches/sglang.manifest.json"
 NCCL_RECORD = f"{STATE_DIR}/nccl/applied.json"
@@ -110,7 +111,7 @@ def managed_paths(node):
     # the helper programs of the server's and the watchdog's units, the watchdog's units
     paths += [LIBEXEC] + [f"{LIBEXEC}/{name}" for name in ("sglang-wait-healthy", "sglang-wait-active",
                                                            "systemd-unit-verify", "sglang-watchdog")]
-    paths += ["/etc/systemd/system/sglang-watchdog.service", WATCHDOG_TIMER]
+    paths += list(WATCHDOG_UNITS)
     paths += sorted(f"{LAST_GOOD}/{name}" for name in ("sglang.service", "sglang.env", "sglang.secrets.env"))
     paths += sorted(f"{manifest['site_packages']}/{rel}" for rel in manifest["files"])
     paths += [
