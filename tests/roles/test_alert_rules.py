@@ -32,11 +32,20 @@ def promtool():
     return PROMTOOL
 
 
+def _role_filters():
+    loader = importlib.machinery.SourceFileLoader("sglang_monitoring_filters",
+                                                  str(ROLE / "filter_plugins" / "sglang_monitoring.py"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
 def render_rules(**overrides):
     """The rules file as the role writes it (Ansible's template: trim_blocks), from the role's defaults."""
     values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     values.update(overrides)
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters.update(_role_filters())
     template = env.from_string((ROLE / "templates" / "sglang.rules.yml.j2").read_text())
     return template.render(ansible_managed="Ansible managed", **values)
 
@@ -111,6 +120,31 @@ def test_the_rule_tests_catch_a_changed_threshold(tmp_path, name, value):
     # not blind to any of the values).
     done = run_rule_tests(tmp_path, render_rules(**{name: value}))
     assert done.returncode != 0 and "FAILED" in done.stdout + done.stderr, done.stdout
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    # Issue 38: passed promtool and made SGLangWatchdogRestarted unable to fire.
+    ("sglang_monitoring_alert_watchdog_restart_window", "1h])) < 0 #"),
+    ("sglang_monitoring_alert_queue_window", "5m])) > 0 or vector(1"),
+    ("sglang_monitoring_alert_server_down_for", "1m\n        labels: {}"),
+    ("sglang_monitoring_alert_target_down_for", "2 m"),
+    ("sglang_monitoring_alert_token_usage_threshold", "0.95 or vector(1)"),
+    ("sglang_monitoring_alert_queue_min", "10 unless up"),
+    ("sglang_monitoring_alert_accept_length_threshold", True),
+])
+def test_a_threshold_that_is_not_a_duration_or_number_is_refused_as_the_rules_render(name, value):
+    with pytest.raises(Exception, match=f"{name}: expected a"):
+        render_rules(**{name: value})
+
+
+def test_the_injection_of_issue_38_would_pass_promtool_unnoticed(tmp_path):
+    # Why the template refuses it itself: promtool accepts the rule it makes, which never fires.
+    injected = render_rules().replace("restarts_total[1h])) > 0", "restarts_total[1h])) < 0 #])) > 0")
+    assert "< 0 #" in injected
+    (tmp_path / "sglang.rules.yml").write_text(injected)
+    done = subprocess.run([str(PROMTOOL), "check", "rules", str(tmp_path / "sglang.rules.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _watchdog_textfiles():

@@ -8,6 +8,8 @@ block. Both tools are extracted by scripts/fetch-monitoring-debs (scripts/setup 
 .cache/amtool/ and .cache/promtool/: missing, the tests fail.
 """
 
+import importlib.util
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -30,10 +32,19 @@ def tools():
         assert tool.is_file(), f"{tool} is missing: run scripts/fetch-monitoring-debs (scripts/setup does)"
 
 
+def _role_filters():
+    spec = importlib.util.spec_from_file_location("sglang_monitoring_filters",
+                                                  ROLE / "filter_plugins" / "sglang_monitoring.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
 def _env():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), trim_blocks=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters.update(CoreFilters().filters())
+    env.filters.update(_role_filters())
     return env
 
 
@@ -49,8 +60,9 @@ def _variables(**overrides):
     for name in ("__sglang_monitoring_alertmanager_listen_host", "__sglang_monitoring_alertmanager_listen_port",
                  "__sglang_monitoring_alertmanager_local_address"):
         values[name] = env.from_string(private[name]).render(values)
-    values["__sglang_monitoring_alertmanager_args"] = [env.from_string(arg).render(values)
-                                                       for arg in private["__sglang_monitoring_alertmanager_args"]]
+    for name in ("__sglang_monitoring_alertmanager_args", "__sglang_monitoring_prometheus_args",
+                 "__sglang_monitoring_node_exporter_args"):
+        values[name] = [env.from_string(arg).render({**private, **values}) for arg in private[name]]
     return values
 
 
@@ -97,13 +109,41 @@ def test_amtool_refuses_a_route_to_an_undefined_receiver(tmp_path):
     assert 'undefined receiver "pager" used in route' in done.stdout + done.stderr, done.stdout + done.stderr
 
 
+def argv_of(default_file_text):
+    """The arguments systemd passes for `PROGRAM $ARGS` with this /etc/default file: the value of
+    ARGS (its double quotes removed), split at whitespace outside quotes, quotes removed."""
+    (line,) = [line for line in default_file_text.splitlines() if line.startswith("ARGS=")]
+    (value,) = shlex.split(line.removeprefix("ARGS="))
+    return shlex.split(value)
+
+
 def test_the_command_line_closes_the_gossip_port_and_listens_where_asked():
     text = render("alertmanager.default.j2", sglang_monitoring_alertmanager_listen_address="10.0.0.7:9093")
-    (args,) = [line for line in text.splitlines() if line.startswith("ARGS=")]
-    assert args.split() == ['ARGS="--config.file=/etc/prometheus/alertmanager.yml',
-                            "--storage.path=/var/lib/prometheus/alertmanager",
-                            "--web.listen-address=10.0.0.7:9093",
-                            '--cluster.listen-address="']
+    assert argv_of(text) == ["--config.file=/etc/prometheus/alertmanager.yml",
+                             "--storage.path=/var/lib/prometheus/alertmanager",
+                             "--web.listen-address=10.0.0.7:9093",
+                             "--cluster.listen-address="]
+
+
+@pytest.mark.parametrize(("template", "variable", "flag"), [
+    ("prometheus.default.j2", "sglang_monitoring_retention", "--storage.tsdb.retention.time="),
+    ("prometheus.default.j2", "sglang_monitoring_listen_address", "--web.listen-address="),
+    ("node-exporter.default.j2", "sglang_monitoring_node_exporter_listen_address", "--web.listen-address="),
+    ("alertmanager.default.j2", "sglang_monitoring_alertmanager_listen_address", "--web.listen-address="),
+])
+def test_a_space_in_a_value_cannot_start_another_flag(template, variable, flag):
+    # Issue 38: sglang_monitoring_retention "15d --web.enable-admin-api --web.enable-lifecycle" gave
+    # any local user Prometheus's admin API. Quoted, it stays one argument (which the program refuses).
+    value = "15d --web.enable-admin-api --web.enable-lifecycle"
+    argv = argv_of(render(template, **{variable: value}))
+    assert f"{flag}{value}" in argv
+    assert "--web.enable-admin-api" not in argv and "--web.enable-lifecycle" not in argv
+
+
+@pytest.mark.parametrize("value", ["15d' '--web.enable-admin-api", '15d" "--x', "15d\\' --x", "15d\n--x"])
+def test_a_value_that_could_end_its_quoted_word_is_refused_as_it_renders(value):
+    with pytest.raises(Exception, match="could end its word in ARGS"):
+        render("prometheus.default.j2", sglang_monitoring_retention=value.replace("\\n", "\n"))
 
 
 def _prometheus(tmp_path, **overrides):

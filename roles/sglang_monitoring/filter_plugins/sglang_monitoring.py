@@ -1,7 +1,10 @@
-"""Scrape targets from the inventory, for roles/sglang_monitoring's prometheus.yml, and the targets no
-monitor can reach (refused by its check.yml)."""
+"""Scrape targets from the inventory, for roles/sglang_monitoring's prometheus.yml, the targets no
+monitor can reach (refused by its check.yml), and the values its files are rendered from, each
+written so that it cannot be read as more than one value (defence in depth behind the formats of
+meta/value_formats.yml, which roles/sglang checks before anything changes)."""
 
 import ipaddress
+import re
 
 from ansible.errors import AnsibleFilterError
 
@@ -116,6 +119,49 @@ def sglang_monitoring_unreachable_gateways(hosts, hostvars, monitors, host_path)
     return found
 
 
+# Prometheus's duration grammar (prometheus/common model.ParseDuration): units from the largest
+# down, each at most once, or a bare 0.
+PROMETHEUS_DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
+# What a word of ARGS may hold: inside systemd's single quotes only a quote, a backslash or a
+# control character could end the word or change it.
+ARGS_UNSAFE = re.compile(r"['\"\\\x00-\x1f\x7f]")
+
+
+def sglang_monitoring_duration(value, name):
+    """value, when it is a Prometheus duration; else refused naming the variable name. For the
+    rules and scrape configuration, where a duration is spliced into a query or YAML: e.g.
+    '1h])) < 0 #' would make a rule that can never fire and still passes promtool."""
+    text = str(value)
+    if isinstance(value, bool) or not text or not (text == "0" or PROMETHEUS_DURATION.fullmatch(text)):
+        raise AnsibleFilterError(f"{name}: expected a Prometheus duration (e.g. 30s, 5m, 1h30m, 15d), got {text!r}")
+    return text
+
+
+def sglang_monitoring_number(value, name):
+    """value, when it is an int or a float (a number spliced into a rule's query); else refused
+    naming the variable name."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AnsibleFilterError(f"{name}: expected a number, got {value!r}")
+    return value
+
+
+def sglang_monitoring_args(argv):
+    """The ARGS line of a Debian unit's /etc/default file: each argument one single-quoted word.
+
+    Debian's units run `PROGRAM $ARGS`, and systemd splits an unbraced $ARGS at whitespace,
+    honouring quotes: quoted, a space in a value stays inside its argument and cannot start a new
+    flag. An argument holding a quote, a backslash or a control character, which could end the
+    word, is refused (the role's formats allow none of them)."""
+    words = []
+    for arg in argv or []:
+        arg = str(arg)
+        if ARGS_UNSAFE.search(arg):
+            raise AnsibleFilterError(f"sglang_monitoring_args: {arg!r} holds a quote, a backslash or a control "
+                                     "character, which could end its word in ARGS")
+        words.append(f"'{arg}'")
+    return " ".join(words)
+
+
 class FilterModule:
     """sglang_monitoring's filters."""
 
@@ -124,4 +170,7 @@ class FilterModule:
             "sglang_monitoring_targets": sglang_monitoring_targets,
             "sglang_monitoring_unreachable_servers": sglang_monitoring_unreachable_servers,
             "sglang_monitoring_unreachable_gateways": sglang_monitoring_unreachable_gateways,
+            "sglang_monitoring_duration": sglang_monitoring_duration,
+            "sglang_monitoring_number": sglang_monitoring_number,
+            "sglang_monitoring_args": sglang_monitoring_args,
         }
