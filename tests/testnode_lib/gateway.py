@@ -8,11 +8,12 @@ The gateway host is put into the inventory group `sglang_gateways` with, as host
   sglang_gateway_tls_ca_file  controller path of the test CA that signed the gateway's certificate
   sglang_gateway_tls_cert     the certificate (PEM), read from its file by a lookup
   sglang_gateway_tls_key      the private key (PEM), read from its file by a lookup
-The serving nodes get `sglang_worker_host`: their own address, where their server listens
-for the gateway. In a fleet with a monitor (`up --monitor`), the gateway also gets
-`sglang_gateway_args`: the one of inventory/testnode/group_vars/sglang_gateways.yml (read by a
-lookup, so that file stays the only copy) with `prometheus_host` set to the gateway's own address,
-so that the monitor can scrape its metrics (roles/sglang_monitoring refuses a gateway whose
+The serving nodes get `sglang_worker_host`, their own address, where their server listens for
+the gateway (node.assign_other_hosts, as for a monitor alone). In a fleet with a monitor (`up
+--monitor`), the gateway also gets `sglang_gateway_args`: the one of
+inventory/testnode/group_vars/sglang_gateways.yml (read by a lookup, so that file stays the only
+copy) with `prometheus_host` set to the gateway's own address, so that the monitor can scrape its
+metrics (roles/sglang_monitoring refuses a gateway whose
 metrics listen on loopback while a monitor is another host).
 """
 
@@ -65,11 +66,10 @@ def monitored_args(address: str) -> str:
             " | combine({'prometheus_host': '%s'}) }}" % (GROUP_VARS, address))
 
 
-def assign(state_dir: Path, serving: list[dict], gateway: dict, monitored: bool = False) -> None:
-    """Make `gateway` the gateway of the `serving` nodes, each of which serves at its own address.
-    monitored: the fleet has a monitor (`up --monitor`), so the gateway's metrics listen on its address."""
-    for node in serving:
-        node.setdefault("host_vars", {})["sglang_worker_host"] = node["ip"]
+def assign(state_dir: Path, gateway: dict, monitored: bool = False) -> None:
+    """Make `gateway` the gateway of the serving nodes (each serves at its own address:
+    node.assign_other_hosts). monitored: the fleet has a monitor (`up --monitor`), so the gateway's
+    metrics listen on its address."""
     tls = make_tls(state_dir / "gateway", gateway["name"], gateway["ip"])
     api_key = "sk-test-" + secrets.token_urlsafe(24)
     key_file = state_dir / "gateway" / "api-key"

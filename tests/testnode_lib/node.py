@@ -632,6 +632,20 @@ def extra_nodes(args) -> list[tuple[str, str]]:
     return extra
 
 
+def assign_other_hosts(state_dir: Path, nodes: list[dict], count: int, args) -> None:
+    """Host variables for a fleet whose first `count` nodes serve and whose others are monitors or
+    gateways. Any such host is another machine: it reaches each server at the node's own address
+    (sglang_worker_host), never at the node's loopback, where a server stays without them (site.yml
+    refuses a monitored server on loopback). A gateway also gets its TLS and API key (gateway.assign)."""
+    serving = nodes[:count]
+    if extra_nodes(args):
+        for n in serving:
+            n.setdefault("host_vars", {})["sglang_worker_host"] = n["ip"]
+    gateways = [n for n in nodes if n.get("group") == gateway.GATEWAY_GROUP]
+    if gateways:
+        gateway.assign(state_dir, gateways[0], monitored=getattr(args, "monitor", False))
+
+
 def cmd_up(args) -> int:
     count = args.count
     if count < 1 or count > 99:
@@ -666,9 +680,7 @@ def cmd_up(args) -> int:
                     name = util.node_name(prefix, suffix)
                     subnet = lease_subnet(st, reg, name, host_nets)
                     st.nodes.append(new_node_record(st, name, i, subnet, image_rootfs, group=group, peers=peers))
-                gateways = [n for n in st.nodes if n.get("group") == gateway.GATEWAY_GROUP]
-                if gateways:
-                    gateway.assign(st.dir, st.nodes[:count], gateways[0], monitored=getattr(args, "monitor", False))
+                assign_other_hosts(st.dir, st.nodes, count, args)
                 st.save()  # recorded under the registry lock: the leases are live from here on
             for n in st.nodes:
                 # Only serving nodes start from a snapshot of a converged node; a monitor or gateway

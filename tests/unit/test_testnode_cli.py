@@ -300,3 +300,30 @@ def test_up_monitor_adds_one_monitoring_host():
     args = node.parser().parse_args(["up", "2", "--monitor"])
     assert args.count == 2 and node.extra_nodes(args) == [("mon", "sglang_monitors")]
     assert node.extra_nodes(node.parser().parse_args(["up", "2"])) == []
+
+
+@pytest.mark.parametrize("roles", [["--monitor"], ["--gateway"], ["--monitor", "--gateway"]])
+def test_a_fleet_with_another_host_serves_each_node_at_its_own_address(tmp_path, monkeypatch, roles):
+    # A monitor (or a gateway) is another host: a server on loopback is out of its reach, and site.yml
+    # refuses a monitored one (roles/sglang_monitoring/tasks/check.yml). `up 2 --monitor` alone once
+    # left the servers there.
+    monkeypatch.setattr(node.gateway, "make_tls", lambda folder, name, ip: {"ca": "/ca", "cert": "/c", "key": "/k"})
+    args = node.parser().parse_args(["up", "2", *roles])
+    nodes = [_node("tnaaaaaa-1", "10.213.0.2", "10.213.0.1"), _node("tnaaaaaa-2", "10.213.0.6", "10.213.0.5")]
+    for i, (suffix, group) in enumerate(node.extra_nodes(args)):
+        nodes.append({**_node(f"tnaaaaaa-{suffix}", f"10.213.0.{10 + 4 * i}", f"10.213.0.{9 + 4 * i}"), "group": group})
+    (tmp_path / "gateway").mkdir()
+    node.assign_other_hosts(tmp_path, nodes, 2, args)
+    children = yaml.safe_load(util.render_inventory(nodes, "/k"))["all"]["children"]
+    serving = children["sglang_nodes"]["hosts"]
+    assert {name: host.get("sglang_worker_host") for name, host in serving.items()} == {
+        "tnaaaaaa-1": "10.213.0.2", "tnaaaaaa-2": "10.213.0.6"}
+    if "--monitor" in roles:
+        assert "sglang_worker_host" not in children["sglang_monitors"]["hosts"]["tnaaaaaa-mon"]
+
+
+def test_a_fleet_of_serving_nodes_alone_keeps_the_servers_on_loopback(tmp_path):
+    args = node.parser().parse_args(["up", "2"])
+    nodes = [_node("tnaaaaaa-1", "10.213.0.2", "10.213.0.1"), _node("tnaaaaaa-2", "10.213.0.6", "10.213.0.5")]
+    node.assign_other_hosts(tmp_path, nodes, 2, args)
+    assert all("sglang_worker_host" not in n.get("host_vars", {}) for n in nodes)
