@@ -42,3 +42,68 @@ def test_production_inventory_lists_every_variable_with_the_current_defaults():
     result = subprocess.run([sys.executable, str(REPO / "scripts" / "document-variables"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def _document_role_readmes(repo, *options):
+    return subprocess.run([sys.executable, str(repo / "scripts" / "document-variables"), "--role-readmes", *options],
+                          capture_output=True, text=True)
+
+
+def test_every_role_readme_says_what_the_role_does_and_lists_its_variables_from_the_spec():
+    result = _document_role_readmes(REPO, "--check")
+    assert result.returncode == 0, result.stderr
+    for role in ROLES:
+        prose = (role / "README.md").read_text().split("<!-- BEGIN VARIABLES")[0]
+        assert prose.startswith(f"# {role.name}\n"), f"{role.name}/README.md: first line must be '# {role.name}'"
+        assert len(prose.splitlines()) >= 10, f"{role.name}/README.md: what the role does, before its variables"
+
+
+def _copy_of_the_roles_docs(tmp_path):
+    """The script and each role's docs, so that the check can be run against a spec changed here."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "document-variables").write_text((REPO / "scripts" / "document-variables").read_text())
+    for role in ROLES:
+        for part in ("meta/argument_specs.yml", "defaults/main.yml", "README.md"):
+            if (role / part).exists():
+                (tmp_path / "roles" / role.name / part).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / "roles" / role.name / part).write_text((role / part).read_text())
+        (tmp_path / "roles" / role.name / "tasks").mkdir(exist_ok=True)
+    return tmp_path / "roles" / "sglang_watchdog"
+
+
+def test_the_readme_check_fails_on_a_spec_changed_without_regenerating_and_regenerating_fixes_it(tmp_path):
+    role = _copy_of_the_roles_docs(tmp_path)
+    spec = role / "meta" / "argument_specs.yml"
+    specs = yaml.safe_load(spec.read_text())
+    specs["argument_specs"]["main"]["options"]["sglang_watchdog_new_option"] = {
+        "type": "list", "elements": "str", "choices": ["a", "b"], "description": "An option added to the spec.",
+        "default": ["a"]}
+    spec.write_text(yaml.safe_dump(specs, sort_keys=False))
+    result = _document_role_readmes(tmp_path, "--check")
+    assert result.returncode != 0
+    assert "roles/sglang_watchdog/README.md: its variables section differs" in result.stderr
+
+    assert _document_role_readmes(tmp_path).returncode == 0
+    assert _document_role_readmes(tmp_path, "--check").returncode == 0
+    readme = (role / "README.md").read_text()
+    assert ("- `sglang_watchdog_new_option` (list of str, one of `a`, `b`, default `[\"a\"]`): "
+            "An option added to the spec.") in readme
+    assert readme.split("<!-- BEGIN VARIABLES")[0] == (REPO / "roles" / "sglang_watchdog" / "README.md").read_text(
+    ).split("<!-- BEGIN VARIABLES")[0], "the prose before the markers is kept as written"
+
+
+def test_the_readme_check_fails_on_a_missing_readme_or_missing_markers(tmp_path):
+    role = _copy_of_the_roles_docs(tmp_path)
+    readme = role / "README.md"
+    prose = readme.read_text().split("<!-- BEGIN VARIABLES")[0]
+    readme.write_text(prose)
+    result = _document_role_readmes(tmp_path, "--check")
+    assert result.returncode != 0 and "roles/sglang_watchdog/README.md: wants one variables section" in result.stderr
+
+    readme.write_text(prose + "<!-- END VARIABLES -->\n")
+    result = _document_role_readmes(tmp_path)
+    assert result.returncode != 0 and "roles/sglang_watchdog/README.md: wants one variables section" in result.stderr
+
+    readme.unlink()
+    result = _document_role_readmes(tmp_path, "--check")
+    assert result.returncode != 0 and "roles/sglang_watchdog/README.md: missing" in result.stderr
