@@ -23,6 +23,12 @@ description:
     into place. A failed fetch leaves the current folder untouched; a fetch interrupted mid-file
     is resumed from its partial file by the next run.
   - Refuses before fetching anything when the filesystem lacks the space the files still need.
+  - Anything else in the folder (a file, link or folder not in O(manifest)) is reported on every
+    run (a listing of the folder, no hashing) and removed by the same rebuild and swap: SGLang loads
+    whatever weights the folder holds.
+  - A O(source.type=dir) gives only files inside its folder; a symbolic link that leads out of it
+    is refused before anything is fetched. A source URL holding a credential (user:password@) or a
+    query is refused: the URL is recorded in the folder; credentials go in O(http_headers) or O(hf_token).
   - Files are owned by root, mode 0644, folders 0755; readable by the service user, writable by root only.
   - Without O(manifest) and with O(source.type=none) it only reads the folder (an unmanaged model).
   - In check mode reports what would be fetched and reads config.json (and the tensors asked for)
@@ -57,10 +63,12 @@ options:
         description: The Hub's URL (HF_ENDPOINT), for an internal mirror of the Hub; default huggingface_hub's own (type hf).
         type: str
       path:
-        description: The source folder (type dir).
+        description: The source folder (type dir); symbolic links in it may only lead to files inside it.
         type: path
       url:
-        description: Base URL; a file is fetched from URL/PATH (type http).
+        description:
+          - Base URL; a file is fetched from URL/PATH (type http). No user name, password, query or
+            fragment (it is recorded on the node); put credentials in O(http_headers).
         type: str
       validate_certs:
         description: Check the HTTPS server's certificate (type http).
@@ -84,6 +92,12 @@ options:
   hf_token:
     description: Hub token (from ansible-vault), passed to huggingface_hub as HF_TOKEN, never logged.
     type: str
+  http_headers:
+    description:
+      - Headers sent with every request to an O(source.type=http) source, e.g. its C(Authorization)
+        (from ansible-vault); never logged, returned or recorded.
+    type: dict
+    default: {}
   revision:
     description: A label of the source's version, recorded with the manifest (e.g. a mirror snapshot).
     type: str
@@ -100,6 +114,10 @@ options:
     description: The inventory variable of O(path), named when the folder itself is wrong.
     type: str
     default: path
+  headers_var:
+    description: The inventory variable of O(http_headers), named when a source URL holds a credential.
+    type: str
+    default: http_headers
   inspect_tensors:
     description: Tensor names whose shapes are read from the safetensors headers (e.g. a drafter's d2t).
     type: list
@@ -121,6 +139,15 @@ EXAMPLES = r"""
     manifest: "{{ sglang_models_target_manifest }}"
     verify: full
   check_mode: true
+
+- name: The drafter from a mirror that asks for a password, the credential from ansible-vault
+  sglang_model:
+    path: /data/models/draft
+    source: {type: http, url: "https://mirror.example/models/draft"}
+    http_headers:
+      Authorization: "Basic {{ (vault_mirror_user ~ ':' ~ vault_mirror_password) | b64encode }}"
+    manifest: "{{ sglang_models_draft_manifest }}"
+    label: sglang_models_draft_source
 """
 
 RETURN = r"""
@@ -144,6 +171,12 @@ fetch:
   type: list
   elements: dict
   sample: [{"path": "model-00001-of-00002.safetensors", "reason": "missing"}]
+unexpected:
+  description: What the folder holds besides the manifest and its record (removed by the swap).
+  returned: always
+  type: list
+  elements: str
+  sample: ["model-00003-of-00002.safetensors"]
 hashed:
   description: Files whose sha256 was computed in this run (empty on a routine no-op run).
   returned: always
@@ -199,11 +232,11 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.model_checks import safetensors_header
 from ansible.module_utils.model_manifest import (
-    HASH, MISSING, OK, RECORD_NAME, ManifestError, file_sha256, free_space_problem, hashed_verdict,
-    manifest_digest, normalise_manifest, parse_record, quick_verdict, record_text, staging_paths,
+    HASH, OK, RECORD_NAME, ManifestError, file_sha256, free_space_problem, hashed_verdict, manifest_digest,
+    normalise_manifest, parse_record, quick_verdict, record_text, staging_paths, unexpected_entries,
 )
 from ansible.module_utils.model_hub import HubError, HubSource, revision_problem
-from ansible.module_utils.model_sources import SourceError, make_source
+from ansible.module_utils.model_sources import DirectorySource, SourceError, make_source, source_problems
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -297,6 +330,21 @@ class ModelFolder:
                 verdict = hashed_verdict(entry, _sha256_of(full_path))
             verdicts[entry["path"]] = verdict
         return verdicts, record
+
+    def unexpected(self):
+        """What the current folder holds besides the manifest and its record: one listing, no stat
+        of the files, so every run can afford it."""
+        folder = self.current()
+        if folder is None:
+            return []
+        listing = []
+        for root, dirs, files in os.walk(folder):
+            relative = os.path.relpath(root, folder)
+            for name in dirs + files:
+                full = os.path.join(root, name)
+                path = name if relative == "." else os.path.join(relative, name)
+                listing.append((path, os.path.isdir(full) and not os.path.islink(full)))
+        return unexpected_entries([e["path"] for e in self.manifest], listing)
 
     def ownership_drift(self):
         """Paths of the placed folder that are not root-owned 0644 files / 0755 folders."""
@@ -511,6 +559,11 @@ def unmanaged(module, path, inspect):
 def run(module):
     params = module.params
     label = params["label"]
+    # Before anything is read: a refused URL is never recorded (the role refuses it on the
+    # controller already, before any module on the node is given it).
+    problems = source_problems(params["source"], label, params["headers_var"], "sglang_models_hf_token")
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     if params["source"]["type"] == "hf":
         problem = revision_problem(params["source"], label) if params["source"].get("repo") else (
             "%s: a source of type hf needs repo" % label)
@@ -518,7 +571,7 @@ def run(module):
             module.fail_json(msg=problem)
         source = HubSource(params["source"], module, params["hf_python"], params["hf_token"])
     else:
-        source = make_source(params["source"])
+        source = make_source(params["source"], label, params["http_headers"])
     if params["source"]["type"] == "dir" and not params["source"].get("path"):
         module.fail_json(msg="%s: a source of type dir needs path" % label)
     if params["source"]["type"] == "http" and not params["source"].get("url"):
@@ -538,17 +591,22 @@ def run(module):
     folder = ModelFolder(module, params["path"], manifest, source, label)
     verdicts, record = folder.verdicts(params["verify"] == "full")
     bad = [{"path": p, "reason": v} for p, v in sorted(verdicts.items()) if v != OK]
+    if isinstance(source, DirectorySource):
+        for entry in bad:  # a link out of the source is refused before anything is fetched, in check mode too
+            source.check(entry["path"])
+    unexpected = folder.unexpected()
     # A stop between the swap's renames leaves the folder at its previous name: a rebuild puts it back.
     misplaced = folder.current() not in (None, folder.path)
     result = dict(changed=False, folder=folder.path, fetch=bad, manifest_digest=manifest_digest(manifest),
                   needed_bytes=0, available_bytes=_available(folder.path), filesystem=_filesystem(folder.path),
-                  files=[{"path": e["path"], "size": e["size"]} for e in manifest])
+                  files=[{"path": e["path"], "size": e["size"]} for e in manifest], unexpected=unexpected)
     result["record"] = dict(label=label, path=folder.path, source=source.describe() if source else {"type": "none"},
                             revision=params["revision"], manifest_digest=result["manifest_digest"],
                             files=len(manifest), bytes=sum(e["size"] for e in manifest))
 
-    if bad or misplaced:
-        if source is None:
+    if bad or misplaced or unexpected:
+        # Files to remove and a swap to finish need no source: the good files are hard-linked.
+        if bad and source is None:
             module.fail_json(msg="%s: %s does not match its manifest and %s gives no source to repair it from: %s"
                              % (params["path_var"], folder.path, label, "; ".join("%s: %s" % (b["path"], b["reason"]) for b in bad)), **result)
         sizes = dict((e["path"], e["size"]) for e in manifest)
@@ -591,6 +649,7 @@ def run(module):
                          + ["%s: not root-owned %s" % (p, "0755" if p == folder.path or os.path.isdir(p) else "0644")
                             for p in result.get("ownership", [])]
                          + ["%s: left over" % p for p in result.get("leftovers", [])]
+                         + ["%s: not in the manifest" % os.path.join(folder.path, p) for p in unexpected]
                          + (["%s: only at %s (a swap stopped halfway)" % (folder.path, folder.previous)]
                             if misplaced else []))
     module.exit_json(**result)
@@ -618,6 +677,8 @@ def main():
             inspect_tensors=dict(type="list", elements="str", default=[]),
             hf_python=dict(type="path", default="/opt/sglang/venv/bin/python"),
             hf_token=dict(type="str", no_log=True),
+            http_headers=dict(type="dict", default={}, no_log=True),
+            headers_var=dict(type="str", default="http_headers"),
         ),
         supports_check_mode=True,
     )

@@ -93,6 +93,30 @@ def quick_verdict(entry, observed, recorded_mtime_ns, full):
     return HASH
 
 
+def unexpected_entries(manifest_paths, listing):
+    """What a model folder holds besides its manifest and record, sorted: each file, link or other
+    entry not listed, and each folder that holds no listed file (named once, not what is in it).
+
+    ``listing`` is every entry under the folder as (relative path, is a folder), parents first
+    (os.walk's order). SGLang and transformers read whatever the folder offers (a stray
+    *.safetensors is loaded as weights), so the folder must hold the manifest and nothing else.
+    """
+    expected = set(manifest_paths) | {RECORD_NAME}
+    folders = set()
+    for path in manifest_paths:
+        parent = posixpath.dirname(path)
+        while parent:
+            folders.add(parent)
+            parent = posixpath.dirname(parent)
+    extra = []
+    for path, is_folder in listing:
+        if any(path.startswith(reported + "/") for reported in extra):
+            continue  # inside a folder already reported
+        if (path not in folders) if is_folder else (path not in expected):
+            extra.append(path)
+    return sorted(extra)
+
+
 def hashed_verdict(entry, sha256):
     """Verdict of an entry whose file was hashed."""
     return OK if sha256 == entry["sha256"] else "sha256 %s, manifest says %s" % (sha256, entry["sha256"])

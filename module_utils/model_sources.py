@@ -3,15 +3,22 @@
 # MIT License (see galaxy_info of roles/sglang_models)
 """Where the sglang_model module reads a model's files from: a directory on the node (NFS and
 the like) or an HTTP(S) mirror of plain files (URL + "/" + path). Both read a file from a byte
-offset, which is how an interrupted fetch is resumed (HTTP: a Range request)."""
+offset, which is how an interrupted fetch is resumed (HTTP: a Range request).
+
+What a source may not do: a dir source gives only files inside its folder (a symbolic link that
+leads out of it, to /etc/shadow say, is refused: the copy would be readable by every local user),
+and a source URL holds no credential (it is recorded on the node: the model folder's record,
+production_v2.md, the journal's module invocations); credentials travel in headers of their own.
+"""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type  # pylint: disable=invalid-name
 
 import os
+import stat
 
-from ansible.module_utils.six.moves.urllib.parse import quote
+from ansible.module_utils.six.moves.urllib.parse import quote, urlsplit
 from ansible.module_utils.urls import open_url
 
 
@@ -19,22 +26,109 @@ class SourceError(Exception):
     """A source that cannot give a file, naming the source and the file."""
 
 
-class DirectorySource:
-    """Files of a folder on the node."""
+def url_problems(url, variable, credentials_var):
+    """Refusals of a source URL, naming ``variable``; never quoting the URL, which may hold a secret.
 
-    def __init__(self, spec):
+    A user name or password (https://user:token@host) would be written wherever the URL is
+    recorded, so it is refused with a pointer to ``credentials_var``; a query or fragment too (a
+    signed query is a credential as well, and file paths are appended to the URL's path).
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # pylint: disable=pointless-statement  # raises ValueError for a port out of range
+    except ValueError as exc:
+        return ["%s: expected an http:// or https:// URL, it does not parse (%s)" % (variable, exc)]
+    problems = []
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        problems.append("%s: expected an http:// or https:// URL with a host" % variable)
+    if parts.username is not None or parts.password is not None:
+        problems.append("%s holds a credential (a user name or password before the host, user:password@): the URL "
+                        "is recorded on the node (the model folder's .sglang-model.json, production_v2.md, the "
+                        "journal), so give it without one and put the credential in %s (from ansible-vault, "
+                        "never recorded), e.g. {Authorization: Basic BASE64(user:password)}" % (variable, credentials_var))
+    if parts.query or parts.fragment:
+        problems.append("%s: expected a base URL without a query or fragment (each file's path is appended to it, "
+                        "and a signed query is a credential that would be recorded on the node); put a credential "
+                        "in %s" % (variable, credentials_var))
+    return problems
+
+
+def source_problems(spec, label, headers_var, token_var):
+    """Refusals of a source's URLs (an http source's url, an hf source's endpoint), before any fetch."""
+    spec = spec or {}
+    if spec.get("type") == "http" and spec.get("url"):
+        return url_problems(str(spec["url"]), label + ".url", headers_var)
+    if spec.get("type") == "hf" and spec.get("endpoint"):
+        return url_problems(str(spec["endpoint"]), label + ".endpoint", token_var)
+    return []
+
+
+def inside(root, resolved):
+    """Whether the real path ``resolved`` is ``root`` (a real path) or under it."""
+    return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def link_leaving(root, path):
+    """(link, its target, where it leads) of the first symbolic link on the way from ``root`` to
+    ``root/path`` that leads out of ``root``, or None when every link on the way stays inside.
+    Those are followed: they give nothing the source's owner could not give as a file (links to
+    deduplicated blobs inside the source, say). ``root`` is a real path; the link is named under it."""
+    current = root
+    for part in path.split("/"):
+        step = os.path.join(current, part)
+        if os.path.islink(step):
+            resolved = os.path.realpath(step)
+            if not inside(root, resolved):
+                return step, os.readlink(step), resolved
+            current = resolved
+        else:
+            current = step
+    return None
+
+
+class DirectorySource:
+    """Files of a folder on the node; none from outside it."""
+
+    def __init__(self, spec, label="model"):
         self.root = spec["path"]
+        self.label = label
 
     def describe(self):
         return {"type": "dir", "path": self.root}
 
-    def open(self, path, offset=0):
-        """(binary stream positioned at ``offset``, offset it really starts at)."""
+    def refuse_leaving(self, path, resolved):
+        """The refusal of a file of the source that resolves to ``resolved``, outside the source."""
+        link, target, leads_to = link_leaving(os.path.realpath(self.root), path) or (
+            os.path.join(self.root, path), "?", resolved)  # a link swapped back since: name what was opened
+        return SourceError("%s: %s in the dir source %s is a symbolic link to %s, which leads to %s outside the source "
+                           "folder: refused, its copy would be readable by every user of the node; a link may only "
+                           "lead to a file inside %s" % (self.label, link, self.root, target, leads_to, self.root))
+
+    def check(self, path):
+        """Refuse ``path`` when it leads out of the source (a link) or is no regular file."""
         full = os.path.join(self.root, path)
+        resolved = os.path.realpath(full)
+        if not inside(os.path.realpath(self.root), resolved):
+            raise self.refuse_leaving(path, resolved)
+        return full
+
+    def open(self, path, offset=0):
+        """(binary stream positioned at ``offset``, offset it really starts at). What was opened is
+        checked after opening it (the file the descriptor names), so a link swapped in between the
+        check and the open is refused as well."""
+        full = self.check(path)
         try:
-            handle = open(full, "rb")  # pylint: disable=consider-using-with
+            # Non-blocking: a FIFO put in the source would otherwise hang the open until a writer came.
+            handle = os.fdopen(os.open(full, os.O_RDONLY | os.O_NONBLOCK), "rb")
         except (IOError, OSError) as exc:
             raise SourceError("cannot read %s from the directory source: %s" % (full, exc))
+        opened = os.readlink("/proc/self/fd/%d" % handle.fileno())
+        if not inside(os.path.realpath(self.root), opened):
+            handle.close()
+            raise self.refuse_leaving(path, opened)
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            handle.close()
+            raise SourceError("%s: %s in the dir source is not a regular file" % (self.label, full))
         handle.seek(offset)
         return handle, offset
 
@@ -47,11 +141,11 @@ class DirectorySource:
 class HttpSource:
     """Plain files under a base URL (a web server, an object store's HTTP endpoint)."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, headers=None):
         self.base = spec["url"].rstrip("/")
         self.validate_certs = spec.get("validate_certs", True)
         self.timeout = spec.get("timeout") or 60
-        self.headers = spec.get("headers") or {}
+        self.headers = dict(headers or {})  # credentials: sent, never described
 
     def describe(self):
         return {"type": "http", "url": self.base}
@@ -86,11 +180,12 @@ class HttpSource:
         return data
 
 
-def make_source(spec):
-    """The reader for an inventory source ({type: dir, path} or {type: http, url}); None for none."""
+def make_source(spec, label="model", headers=None):
+    """The reader for an inventory source ({type: dir, path} or {type: http, url}); None for none.
+    ``headers`` are sent with every request of an http source (its credentials)."""
     kind = (spec or {}).get("type", "none")
     if kind == "dir":
-        return DirectorySource(spec)
+        return DirectorySource(spec, label)
     if kind == "http":
-        return HttpSource(spec)
+        return HttpSource(spec, headers)
     return None

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """TEST DOUBLE of an HTTP(S) model mirror: plain files of a folder, with byte ranges.
 
-    model_mirror.py ROOT --bind ADDRESS --port PORT [--log FILE] [--cut PATH:BYTES]
+    model_mirror.py ROOT --bind ADDRESS --port PORT [--log FILE] [--cut PATH:BYTES] [--basic-auth USER:PASSWORD]
 
 GET/HEAD /PATH answers ROOT/PATH; a ``Range: bytes=FIRST-[LAST]`` request gets 206 and that
 slice (what a resumed fetch asks for). Each request is appended to --log as a JSON line
 (method, path, range, status), so a test can tell what was fetched and from which byte.
 ``--cut PATH:BYTES`` sends the first full GET of PATH with its whole Content-Length but closes
 the connection after BYTES bytes: a fetch interrupted mid-file. It prints "listening on PORT"
-once it accepts connections (--port 0 picks a free port).
+once it accepts connections (--port 0 picks a free port). ``--basic-auth USER:PASSWORD``: a
+mirror that asks for credentials, answering 401 to a request without that Authorization header
+(the log's "auth" says whether the right one came).
 """
 
 import argparse
+import base64
 import http.server
 import json
 import os
@@ -27,11 +30,12 @@ class Mirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, root, log, cuts):
+    def __init__(self, address, root, log, cuts, basic_auth=None):
         super().__init__(address, Handler)
         self.root = os.path.realpath(root)
         self.log_path = log
         self.cuts = cuts
+        self.authorization = "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth else None
         self.lock = threading.Lock()
 
     def record(self, entry):
@@ -56,7 +60,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].lstrip("/")
         full = os.path.realpath(os.path.join(self.server.root, path))
         requested = self.headers.get("Range")
-        entry = {"method": self.command, "path": path, "range": requested}
+        entry = {"method": self.command, "path": path, "range": requested,
+                 "auth": self.headers.get("Authorization") == self.server.authorization}
+        if self.server.authorization and not entry["auth"]:
+            entry["status"] = 401
+            self.server.record(entry)
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="models"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if not full.startswith(self.server.root + os.sep) or not os.path.isfile(full):
             entry["status"] = 404
             self.server.record(entry)
@@ -116,9 +129,10 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log")
     parser.add_argument("--cut", action="append", default=[], help="PATH:BYTES")
+    parser.add_argument("--basic-auth", help="USER:PASSWORD a request must carry (401 otherwise)")
     args = parser.parse_args()
     cuts = dict((spec.rsplit(":", 1)[0], int(spec.rsplit(":", 1)[1])) for spec in args.cut)
-    server = Mirror((args.bind, args.port), args.root, args.log, cuts)
+    server = Mirror((args.bind, args.port), args.root, args.log, cuts, args.basic_auth)
     print("listening on %d" % server.server_address[1], flush=True)
     try:
         server.serve_forever()

@@ -3,6 +3,8 @@ written with the safetensors package of .cache/parser-venv) served by the HTTP m
 (tests/double/model_mirror.py) or read from a directory, placed into temporary folders.
 The pure logic alone is tested in tests/unit/test_model_logic.py."""
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -299,3 +301,105 @@ def test_a_missing_unmanaged_folder_names_the_server_argument(run_model, tmp_pat
     assert refused["msg"] == ("sglang_server_args.model_path: %s has no config.json: the model folder is missing or "
                               "incomplete, and sglang_models_target_source gives no source to fetch it from"
                               % (tmp_path / "absent"))
+
+
+# --------------------------------------------------------------------------- what a source may not give or hold
+
+SHARD = "model-00002-of-00002.safetensors"
+
+
+@pytest.mark.parametrize("link", ["absolute", "relative"])
+def test_a_link_out_of_a_dir_source_is_refused_before_anything_is_fetched(run_model, models, tmp_path, link):
+    # A root-only file the manifest pins (as a manifest made from the source's links would):
+    # today's module copied it into the model folder readable by everyone.
+    secret = tmp_path / "shadow"
+    secret.write_bytes(b"root:$6$not-a-real-hash:19000:0:99999:7:::\n")
+    secret.chmod(0o600)
+    source = tmp_path / "source"
+    shutil.copytree(models[0] / "target", source)
+    (source / "tokenizer.json").unlink()
+    (source / "tokenizer.json").symlink_to(secret if link == "absolute" else "../shadow")
+    manifest = [dict(e, size=len(secret.read_bytes()), sha256=hashlib.sha256(secret.read_bytes()).hexdigest())
+                if e["path"] == "tokenizer.json" else e for e in models[1]["target"]]
+    dest = tmp_path / "target"
+    args = dict(path=str(dest), source={"type": "dir", "path": str(source)}, manifest=manifest)
+    expected = ("sglang_models_target_source: %s/tokenizer.json in the dir source %s is a symbolic link to %s, which "
+                "leads to %s outside the source folder" % (source, source, os.readlink(source / "tokenizer.json"), secret))
+    for check in (True, False):
+        refused = run_model(fail=True, check=check, **args)
+        assert refused["msg"].startswith(expected), refused["msg"]
+    assert not dest.exists() and not (tmp_path / ".target.sglang-staging").exists()  # nothing fetched
+
+
+def test_links_that_stay_inside_a_dir_source_are_followed(run_model, models, tmp_path):
+    # A link to a deduplicated blob inside the source gives nothing the source could not give as a file.
+    source = tmp_path / "source"
+    shutil.copytree(models[0] / "target", source)
+    (source / "blobs").mkdir()
+    (source / SHARD).rename(source / "blobs" / "abc")
+    (source / SHARD).symlink_to("blobs/abc")
+    placed = run_model(path=str(tmp_path / "target"), source={"type": "dir", "path": str(source)},
+                       manifest=models[1]["target"])
+    assert placed["state"] == "placed"
+    assert (tmp_path / "target" / SHARD).read_bytes() == (models[0] / "target" / SHARD).read_bytes()
+    assert not (tmp_path / "target" / SHARD).is_symlink()
+
+
+def test_files_not_in_the_manifest_are_reported_on_every_run_and_removed_by_the_swap(run_model, models, mirror,
+                                                                                      tmp_path):
+    dest = tmp_path / "target"
+    args = dict(path=str(dest), source={"type": "http", "url": mirror.url + "/target"}, manifest=models[1]["target"])
+    run_model(**args)
+    inodes = _inodes(dest)
+    (dest / "model-00003-of-00002.safetensors").write_bytes(b"\x00" * 64)  # SGLang would load it as weights
+    (dest / "stray" / "deeper").mkdir(parents=True)
+    (dest / "stray" / "deeper" / "notes.txt").write_text("x")
+    extra = ["model-00003-of-00002.safetensors", "stray"]
+    start = len(mirror.requests())
+    for verify in ("quick", "full"):
+        scan = run_model(check=True, verify=verify, **args)
+        assert scan["changed"] is True and scan["unexpected"] == extra and scan["fetch"] == []
+        assert scan["drifted"] == ["%s: not in the manifest" % (dest / path) for path in extra]
+    assert (dest / "stray").exists()  # check mode removed nothing
+
+    repaired = run_model(**args)
+    assert repaired["changed"] is True and repaired["state"] == "placed"
+    assert sorted(os.listdir(dest)) == sorted([".sglang-model.json"] + [e["path"] for e in models[1]["target"]])
+    after = _inodes(dest)
+    assert all(after[name] == inodes[name] for name in after if name != ".sglang-model.json")  # hard links: swapped, not fetched
+    assert mirror.requests()[start:] == []
+    assert not list(tmp_path.glob(".target.*"))
+    assert run_model(verify="full", **args)["changed"] is False
+
+    # Without a source too: nothing is fetched, the good files are linked into the new folder.
+    (dest / "extra.bin").write_bytes(b"x")
+    unmanaged_source = run_model(path=str(dest), manifest=models[1]["target"])
+    assert unmanaged_source["changed"] is True and not (dest / "extra.bin").exists()
+
+
+def test_a_credential_in_the_url_is_refused_and_headers_carry_it_instead(run_model, models, tmp_path):
+    token = "mirror-token-not-a-secret"
+    guarded = MirrorProcess(models[0], tmp_path / "guarded.log", options=("--basic-auth", "reader:" + token))
+    try:
+        dest = tmp_path / "target"
+        with_userinfo = guarded.url.replace("http://", "http://reader:%s@" % token) + "/target"
+        refused = run_model(fail=True, path=str(dest), source={"type": "http", "url": with_userinfo},
+                            manifest=models[1]["target"], headers_var="sglang_models_target_http_headers")
+        assert refused["msg"].startswith("sglang_models_target_source.url holds a credential"), refused["msg"]
+        # The message never quotes the URL (the arguments Ansible returns hold it: the role refuses it on
+        # the controller first, before a module's arguments reach the node's journal).
+        assert "sglang_models_target_http_headers" in refused["msg"] and token not in refused["msg"]
+        assert guarded.requests() == [] and not dest.exists()
+
+        args = dict(path=str(dest), source={"type": "http", "url": guarded.url + "/target"},
+                    manifest=models[1]["target"])
+        assert "HTTP Error 401" in run_model(fail=True, **args)["msg"]
+        header = {"Authorization": "Basic " + base64.b64encode(("reader:" + token).encode()).decode()}
+        placed = run_model(http_headers=header, **args)
+        assert placed["state"] == "placed" and all(r["auth"] for r in guarded.requests() if r["status"] != 401)
+    finally:
+        guarded.stop()
+    assert token not in json.dumps(placed) and header["Authorization"] not in json.dumps(placed)
+    recorded = (dest / ".sglang-model.json").read_text()
+    assert json.loads(recorded)["source"] == {"type": "http", "url": guarded.url + "/target"}
+    assert token not in recorded and header["Authorization"].split()[1] not in recorded

@@ -3,6 +3,7 @@
 the safetensors package (tests/double/make_test_models.py). The module alone is tested in
 tests/roles/test_sglang_model_module.py, the pure checks in tests/unit/test_model_logic.py."""
 
+import base64
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ PLAYBOOK = """\
 
 HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HUB_TOKEN = "hf_role_test_token_not_a_secret"
+MIRROR_TOKEN = "mirror_role_test_token_not_a_secret"
 
 # The canonical node's GPUs as gpu_preflight reads them from the nvidia-smi capture (8 x 97887 MiB).
 GPU_TOPOLOGY = {"gpus": [{"index": i, "memory_total_mib": 97887} for i in range(8)]}
@@ -52,6 +54,7 @@ def fixture_world(tmp_path_factory, parser_python):
     (sources / "fresh").symlink_to("good")  # the fresh host's own URLs, to tell its requests apart
     mirror = MirrorProcess(sources, tmp / "mirror.log")
     hub = MirrorProcess.hub(sources / "good" / "target", tmp / "hub.log", "example/target", HUB_COMMIT, HUB_TOKEN)
+    guarded = MirrorProcess(sources, tmp / "guarded.log", options=("--basic-auth", "reader:" + MIRROR_TOKEN))
 
     def host(name, target_manifest=None, draft_source="good", draft_manifest=None, **extra):
         root = tmp / "nodes" / name
@@ -77,6 +80,12 @@ def fixture_world(tmp_path_factory, parser_python):
         host("hub", sglang_models_target_source={"type": "hf", "repo": "example/target", "revision": HUB_COMMIT,
                                                  "endpoint": hub.url},
              sglang_models_target_manifest=[], sglang_models_hf_token=HUB_TOKEN, sglang_python=str(parser_python)),
+        # The mirror's credential in the URL (refused) and in the vaulted headers (used, never shown).
+        host("credential-url", sglang_models_target_source={"type": "http", "url": mirror.url.replace(
+            "http://", "http://reader:%s@" % MIRROR_TOKEN) + "/good/target"}),
+        host("guarded", sglang_models_target_source={"type": "http", "url": guarded.url + "/good/target"},
+             sglang_models_target_http_headers={"Authorization": "Basic " + base64.b64encode(
+                 ("reader:" + MIRROR_TOKEN).encode()).decode()}),
     ])
     inventory = tmp / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"all": {"vars": {
@@ -84,9 +93,11 @@ def fixture_world(tmp_path_factory, parser_python):
         "gpu_topology": GPU_TOPOLOGY}, "hosts": hosts}}))
     playbook = tmp / "models.yml"
     playbook.write_text(PLAYBOOK)
-    yield {"tmp": tmp, "inventory": inventory, "playbook": playbook, "mirror": mirror, "good": good, "hub": hub}
+    yield {"tmp": tmp, "inventory": inventory, "playbook": playbook, "mirror": mirror, "good": good, "hub": hub,
+           "guarded": guarded}
     mirror.stop()
     hub.stop()
+    guarded.stop()
 
 
 def run(world, check=False):
@@ -136,6 +147,27 @@ def test_a_hub_target_is_fetched_with_the_vaulted_token_which_is_never_printed(w
     assert record["source"]["revision"] == HUB_COMMIT
     assert all(r["token"] is True for r in world["hub"].requests())
     assert HUB_TOKEN not in first["stdout"] and HUB_TOKEN not in json.dumps(first["events"])
+
+
+def test_a_credential_in_a_source_url_is_refused_before_any_module_is_given_it(world, first):
+    message = first["failed"]["credential-url"]
+    assert message.startswith("sglang_models_target_source.url holds a credential"), message
+    assert "sglang_models_target_http_headers" in message
+    # No module ran for the host (a module's arguments reach the node's journal), nothing was fetched.
+    assert not [e for e in first["events"] if e["event_data"].get("host") == "credential-url"
+                and e["event_data"].get("task_action") == "sglang_model"]
+    assert not (world["tmp"] / "nodes" / "credential-url").exists()
+    assert MIRROR_TOKEN not in first["stdout"] and MIRROR_TOKEN not in json.dumps(first["events"])
+
+
+def test_a_mirror_asking_for_a_password_gets_the_vaulted_headers_which_are_never_recorded(world, first):
+    assert "guarded" not in first["failed"], first["failed"]
+    target = world["tmp"] / "nodes" / "guarded" / "target"
+    requests = world["guarded"].requests()
+    assert requests and all(r["auth"] for r in requests)
+    encoded = base64.b64encode(("reader:" + MIRROR_TOKEN).encode()).decode()
+    for text in (first["stdout"], json.dumps(first["events"]), (target / ".sglang-model.json").read_text()):
+        assert MIRROR_TOKEN not in text and encoded not in text
 
 
 def test_a_drafter_of_another_target_is_refused_before_anything_is_fetched(world, first):

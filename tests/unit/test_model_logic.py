@@ -131,6 +131,111 @@ def test_free_space_refusal_names_needed_and_available(manifest):
                        "(1.00 GiB) are available")
 
 
+def test_unexpected_entries_are_what_the_folder_holds_beyond_the_manifest(manifest):
+    listed = ["config.json", "sub/model.safetensors"]
+    listing = [("config.json", False), (manifest.RECORD_NAME, False), ("sub", True), ("sub/model.safetensors", False),
+               ("sub/stray.bin", False), ("model-00003-of-00002.safetensors", False), ("junk", True),
+               ("junk/deep", True), ("junk/deep/x", False), ("link-to-dir", False)]
+    assert manifest.unexpected_entries(listed, listing) == [
+        "junk", "link-to-dir", "model-00003-of-00002.safetensors", "sub/stray.bin"]
+    assert manifest.unexpected_entries(listed, listing[:4]) == []
+    # A file where the manifest needs a folder is unexpected too (the folder's file is then missing).
+    assert manifest.unexpected_entries(listed, [("sub", False)]) == ["sub"]
+
+
+# --------------------------------------------------------------------------- sources
+
+@pytest.fixture(scope="module")
+def sources(project_module):
+    return project_module("module_utils/model_sources.py", as_name="ansible.module_utils.model_sources")
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("https://mirror.internal/models/target", None),
+    ("http://10.0.0.5:8080/models", None),
+    ("https://user:s3cret-token@mirror.internal/models", "holds a credential"),
+    ("https://s3cret-token@mirror.internal/models", "holds a credential"),
+    ("https://mirror.internal/models?X-Signature=s3cret-token", "without a query or fragment"),
+    ("https://mirror.internal/models#s3cret-token", "without a query or fragment"),
+    ("ftp://mirror.internal/models", "expected an http:// or https:// URL with a host"),
+    ("https:///models", "expected an http:// or https:// URL with a host"),
+    ("https://mirror.internal:99999/models", "does not parse"),
+])
+def test_a_source_url_holds_no_credential_and_the_refusal_never_quotes_it(sources, url, problem):
+    problems = sources.url_problems(url, "sglang_models_target_source.url", "sglang_models_target_http_headers")
+    if problem is None:
+        assert problems == []
+        return
+    assert len(problems) == 1 and problem in problems[0], problems
+    assert problems[0].startswith("sglang_models_target_source.url")
+    assert "s3cret-token" not in problems[0] and "mirror.internal" not in problems[0]
+    if problem == "holds a credential":
+        assert "sglang_models_target_http_headers" in problems[0]
+
+
+def test_source_problems_check_the_http_url_and_the_hub_endpoint(sources):
+    def problems(spec):
+        return sources.source_problems(spec, "sglang_models_draft_source", "sglang_models_draft_http_headers",
+                                       "sglang_models_hf_token")
+    assert problems({"type": "hf", "repo": "o/n", "endpoint": "https://u:t@hub.internal"})[0].startswith(
+        "sglang_models_draft_source.endpoint holds a credential")
+    assert "sglang_models_hf_token" in problems({"type": "hf", "endpoint": "https://u:t@hub.internal"})[0]
+    assert problems({"type": "http", "url": "https://u:t@m"})[0].startswith("sglang_models_draft_source.url holds")
+    assert problems({"type": "dir", "path": "/mnt/x"}) == problems({"type": "none"}) == problems(None) == []
+
+
+def test_the_controller_filter_applies_the_same_rule_to_every_model(project_module):
+    filters = project_module("filter_plugins/model_source_problems.py").FilterModule().filters()
+    models = [{"source": {"type": "http", "url": "https://u:t@m/target"}, "label": "sglang_models_target_source",
+               "headers_var": "sglang_models_target_http_headers"},
+              {"source": {"type": "http", "url": "https://m/draft?sig=t"}, "label": "sglang_models_draft_source",
+               "headers_var": "sglang_models_draft_http_headers"}]
+    found = filters["model_source_problems"](models)
+    assert [p.split(" ")[0] for p in found] == ["sglang_models_target_source.url", "sglang_models_draft_source.url:"]
+
+
+def test_links_inside_a_dir_source_are_followed_and_links_out_of_it_are_named(sources, tmp_path):
+    root = tmp_path / "source"
+    (root / "blobs").mkdir(parents=True)
+    (root / "blobs" / "abc").write_bytes(b"weights")
+    (root / "snapshot").mkdir()
+    (root / "snapshot" / "model.safetensors").symlink_to("../blobs/abc")  # stays inside: followed
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$...")
+    (root / "absolute").symlink_to(secret)
+    (root / "relative").symlink_to("../shadow")
+    (root / "escape").symlink_to("..")  # a folder out of the source, used as a path component
+    real = str(root.resolve())
+    assert sources.link_leaving(real, "snapshot/model.safetensors") is None
+    assert sources.link_leaving(real, "blobs/abc") is None
+    assert sources.link_leaving(real, "absolute") == (real + "/absolute", str(secret), str(secret.resolve()))
+    assert sources.link_leaving(real, "relative") == (real + "/relative", "../shadow", str(secret.resolve()))
+    assert sources.link_leaving(real, "escape/shadow") == (real + "/escape", "..", str(tmp_path.resolve()))
+
+    source = sources.DirectorySource({"path": str(root)}, "sglang_models_target_source")
+    stream, _offset = source.open("snapshot/model.safetensors")
+    with stream:
+        assert stream.read() == b"weights"
+    for path, link, target in (("absolute", "absolute", str(secret)), ("relative", "relative", "../shadow"),
+                               ("escape/shadow", "escape", "..")):
+        with pytest.raises(sources.SourceError) as refused:
+            source.open(path)
+        assert str(refused.value).startswith(
+            "sglang_models_target_source: %s/%s in the dir source %s is a symbolic link to %s, which leads to "
+            % (real, link, root, target)), str(refused.value)
+        assert "outside the source folder" in str(refused.value)
+
+
+def test_a_dir_source_gives_only_regular_files(sources, tmp_path):
+    import os  # pylint: disable=import-outside-toplevel
+    (tmp_path / "sub").mkdir()
+    os.mkfifo(str(tmp_path / "pipe"))
+    source = sources.DirectorySource({"path": str(tmp_path)}, "sglang_models_target_source")
+    for path in ("sub", "pipe"):
+        with pytest.raises(sources.SourceError, match="is not a regular file|Is a directory"):
+            source.open(path)
+
+
 # --------------------------------------------------------------------------- drafter vs target
 
 DRAFT_TENSORS = {"d2t": [512], "t2d": [1024]}
