@@ -16,7 +16,10 @@ whenever a node is taken out. Proven here:
   firewall and server start on boot);
 - the first node's new configuration never gets healthy: it is rolled back, file for file, and
   added back to the gateway only once healthy on its last good configuration, which a drift
-  scan then finds in order; the batches after it are not touched, and no client request fails.
+  scan then finds in order; the batches after it are not touched, and no client request fails;
+- playbooks/rolling_restart.yml runs that same restart sequence: a node whose configuration on
+  disk never gets healthy is rolled back, its deploy lock released (the watchdog is not locked
+  out) and it is back in the gateway, healthy; the batches after it are not touched.
 
 The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
 test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
@@ -48,6 +51,8 @@ PORT = 30000
 LEAVE = "Take this node out of every gateway (worker API), waiting until none lists it"
 DRAIN = "Wait until the requests in flight on this node finished"
 JOIN = "Add this node back to every gateway, waiting until each reports it healthy"
+ROLLBACK_RESTART = "Restart the service on the last good configuration"
+DEPLOY_LOCK = "/run/sglang-deploy.lock"
 
 
 def worker_url(node):
@@ -309,8 +314,7 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     left = one_result(result, LEAVE, failing.name)
     joined = one_result(result, JOIN, failing.name)
     assert left["action"] == "remove" and joined["action"] == "add"
-    rollback_restart = "Restart the service on the last good configuration"
-    assert first_time(result, rollback_restart, failing.name) < first_time(result, JOIN, failing.name)
+    assert first_time(result, ROLLBACK_RESTART, failing.name) < first_time(result, JOIN, failing.name)
     back = node_state.fingerprint(failing, paths)
     assert not node_state.differences(good, back), node_state.differences(good, back)
     environment = server_environment(failing)
@@ -328,3 +332,39 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     scan = run_playbook("playbooks/drift.yml", deployed)
     assert scan.rc == 0, scan.failure_messages() or scan.stdout[-4000:]
     assert {node.name: main_pid(node) for node in fleet.nodes} == pids
+
+
+def test_a_rolling_restart_that_never_gets_healthy_rolls_back_releases_the_lock_and_rejoins(fleet):
+    failing, *after = fleet.nodes
+    # The fleet is on WARMUP 2 (the tests before); the failing node's environment file is edited by
+    # hand, which its server reads at the next start only: the configuration on disk never gets
+    # healthy, while its last good one (what site.yml last wrote and saw healthy) does.
+    inventory = fleet.inventory(WARMUP_2, {failing.name: {"sglang_service_health_timeout": 20}})
+    paths = node_state.managed_paths(failing)
+    good = node_state.fingerprint(failing, paths)
+    after_pids = {node.name: main_pid(node) for node in after}
+    node_state.ssh(failing, f"echo 'SGLANG_DOUBLE_NEVER_HEALTHY=\"1\"' >> {node_state.ENV_FILE}")
+    load = fleet.load()
+    result = run_playbook("playbooks/rolling_restart.yml", inventory)
+    stats = load.stop()
+
+    assert result.rc != 0 and result.count("failures", failing.name) == 1, result.failure_messages()
+    said = [m for m in result.failure_messages() if "Rolled back to the last good configuration" in m]
+    assert said, result.failure_messages()
+    assert node_state.ENV_FILE in said[0] and "healthy again" in said[0], said[0]
+    assert_no_request_failed(stats)
+    # the deploy lock is gone: sglang-watchdog watches the server again
+    assert failing.ssh(f"test -e {DEPLOY_LOCK}").returncode == 1, f"{DEPLOY_LOCK} left behind"
+    # out, drained, rolled back file for file, and only then back in the gateway, healthy
+    left = one_result(result, LEAVE, failing.name)
+    joined = one_result(result, JOIN, failing.name)
+    assert left["action"] == "remove" and joined["action"] == "add"
+    assert first_time(result, ROLLBACK_RESTART, failing.name) < first_time(result, JOIN, failing.name)
+    assert fleet.gateway.wait_workers(fleet.urls, timeout=10)
+    back = node_state.fingerprint(failing, paths)
+    assert not node_state.differences(good, back), node_state.differences(good, back)
+    assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in server_environment(failing)
+    # the rollout stopped at the failed node: the batches after it were not taken out nor restarted
+    for node in after:
+        assert results_of(result, LEAVE, node.name) == []
+    assert {node.name: main_pid(node) for node in after} == after_pids

@@ -1,7 +1,7 @@
 """The fact sglang_gateway_endpoint for real: site.yml's play 0 on localhost gateways, through tests/ansible_run.py.
 
-A node reads hostvars[GATEWAY].sglang_gateway_endpoint (roles/sglang_service/tasks/gateway_leave.yml,
-gateway_join.yml): hostvars never hold the gateway role's defaults, the fact does. The gateways here
+A node reads hostvars[GATEWAY].sglang_gateway_endpoint (roles/sglang_service/tasks/restart_sequence.yml,
+where it leaves and rejoins its gateways): hostvars never hold the gateway role's defaults, the fact does. The gateways here
 set no sglang_gateway_url: the URL comes from ansible_host and the default port. The API key is in
 the fact but in no printed line, no event and no fact cache file. The nodes' worker URLs are checked
 in play 0 too (loopback behind a gateway elsewhere, shared URLs); a node whose gateway published no
@@ -9,11 +9,12 @@ endpoint (a --limit without the gateways) stops with a message saying so.
 """
 
 import json
+import os
 import sys
 
 import pytest
 import yaml
-from ansible_run import REPO, run_playbook
+from ansible_run import REPO, VENV_BIN, run_playbook
 
 API_KEY = "sk-roles-test-0123456789-endpoint-secret"
 GATEWAYS = {
@@ -44,15 +45,23 @@ SHOW = """\
       tags: [always]
 """
 
+# The restart sequence on a serving node that owes a restart, as the role's vars would say; the
+# controller has no systemd, so the sequence's read of the unit (a `systemctl show` whose answer
+# __sglang_service_before stands for here) runs a stand-in that answers nothing.
 LEAVE = """\
 - name: A node whose gateways are limited out of the run
   hosts: sglang_nodes
   gather_facts: false
   tasks:
-    - name: Leave the gateways
-      ansible.builtin.include_tasks: {leave}
+    - name: Restart through the one restart sequence
+      ansible.builtin.include_tasks: {sequence}
       vars:
         sglang_service_gateways: "{{{{ groups['sglang_gateways'] }}}}"
+        sglang_service_name: sglang
+        sglang_check_mode: false
+        sglang_deploy_lock: {lock}
+        __sglang_service_restart_owed: true
+        __sglang_service_before: {{ActiveState: active, LoadState: loaded, NeedDaemonReload: "no", InvocationID: ""}}
 """
 
 
@@ -68,7 +77,8 @@ def _inventory(tmp_path, gateways, nodes):
 
 def _playbook(tmp_path, text):
     path = tmp_path / "playbook.yml"
-    path.write_text(text.format(site=REPO / "site.yml", leave=REPO / "roles/sglang_service/tasks/gateway_leave.yml"),
+    path.write_text(text.format(site=REPO / "site.yml", sequence=REPO / "roles/sglang_service/tasks/restart_sequence.yml",
+                                lock=tmp_path / "deploy.lock"),
                     encoding="utf-8")
     return path
 
@@ -130,7 +140,12 @@ def test_nodes_the_gateway_cannot_reach_or_tell_apart_are_refused_in_play_0(tmp_
 
 
 def test_a_node_whose_gateway_published_nothing_stops_naming_it_and_the_limit(tmp_path):
-    result = run_playbook(_playbook(tmp_path, LEAVE), _inventory(tmp_path, GATEWAYS, NODES), limit="n1")
+    stand_in = tmp_path / "bin" / "systemctl"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\n", encoding="utf-8")
+    stand_in.chmod(0o755)
+    result = run_playbook(_playbook(tmp_path, LEAVE), _inventory(tmp_path, GATEWAYS, NODES), limit="n1",
+                          envvars={"PATH": os.pathsep.join([str(stand_in.parent), str(VENV_BIN), os.environ["PATH"]])})
     assert result.rc != 0
     message = " ".join(result.failure_messages())
     assert "gateway gw-key: it did not publish its endpoint (the fact sglang_gateway_endpoint)" in message
