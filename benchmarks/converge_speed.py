@@ -21,10 +21,11 @@ benchmarks/results/converge_speed.md (and .json):
 - per-task times of a no-op run (from ansible-runner's event timestamps), whether a no-op
   ran pip, and how many times per node it imported torch.
 
-Targets (issue 17): controller CPU per node of a no-op <= 5.0 s; T_noop / T_floor <= 1.1; a
-no-op never runs pip and imports torch at most once per node. T_noop(4) / T_noop(1) is printed
-beside the machine's own bound (the nodes are containers sharing the controller's cores), not
-scored.
+Guard rail (issue 37): T_noop / T_floor <= 1.3; a no-op never runs pip and imports torch at
+most once per node. The controller's CPU per node of a no-op is printed for reference: issue 37
+retired its target (issue 17's 5.0 s), and with it the module-payload cache that wrote into
+ansible-core's private per-run folder. T_noop(4) / T_noop(1) is printed beside the machine's own
+bound (the nodes are containers sharing the controller's cores), not scored.
 
 Usage: .venv/bin/python benchmarks/converge_speed.py [--runs 3] [--first-runs 2]
 """
@@ -293,9 +294,8 @@ def report(out, args):
         "",
         "| target | value | met |",
         "| --- | ---: | --- |",
-        f"| controller CPU per node of a no-op <= 5.0 s (the larger of 1 node and 4 nodes) | {cpu_per_node:.1f} | "
-        f"{'yes' if cpu_per_node <= 5.0 else 'NO'} |",
-        f"| T_noop / T_floor <= 1.1 | {ratio_floor:.2f} | {'yes' if ratio_floor <= 1.1 else 'NO'} |",
+        f"| T_noop / T_floor <= 1.3 | {ratio_floor:.2f} | {'yes' if ratio_floor <= 1.3 else 'NO'} |",
+        f"| for reference: controller CPU s per node of a no-op (the larger of 1 node and 4 nodes) | {cpu_per_node:.1f} | |",
         f"| for reference: T_noop(4 nodes) / T_noop(1 node) | {ratio_fleet:.2f} | |",
         f"| for reference: T_floor(4 nodes) / T_floor(1 node) | {ratio_floor_fleet:.2f} | |",
         f"| for reference: lowest possible T_noop(4) / T_noop(1) here, (CPU of the 4-node run / {cores} cores)"
