@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nft_table import differences
+from ansible.module_utils.nft_table import differences, identifier_error, ownership
 
 DOCUMENTATION = r"""
 ---
@@ -17,15 +17,24 @@ description:
     and handles, counters and spelling do not count as differences.
   - When they differ (a rule deleted or added by hand, a table missing after C(nft flush ruleset),
     a new rules file), loads the file with C(nft -f) in one transaction; the file itself must replace
-    only its own table (begin with C(table FAMILY NAME {}) and C(delete table FAMILY NAME)).
-  - With O(state=absent), deletes the table when it exists.
+    only its own table (begin with C(table FAMILY NAME {}) and C(delete table FAMILY NAME)) and give
+    it the comment O(owner_comment).
+  - The table comment O(owner_comment) marks a table as the caller's. A table of that name without it
+    belongs to someone else and is refused, naming O(name), before anything changes (in check mode
+    too). Other tables that carry the mark are the caller's under an earlier name; they are deleted
+    after the file is loaded, so none is left guarding ports nobody manages.
+  - O(table) must be an nft identifier (a letter, then letters, digits or C(_), at most 64
+    characters), checked before nft runs, since nft joins its arguments into one command line and runs
+    each C(;)-separated command of it.
+  - With O(state=absent), deletes every table that carries the mark; a table of that name without it
+    is left alone.
   - In check mode nothing is loaded or deleted; C(changed) says whether it would be, and
     C(drifted) what differs, for the drift scan.
 version_added: "0.1.0"
 author: sglang-canon
 options:
   table:
-    description: Name of the table this module owns.
+    description: Name of the table this module owns; an nft identifier (C(^[A-Za-z][A-Za-z0-9_]{0,63}$)).
     type: str
     required: true
   family:
@@ -36,8 +45,16 @@ options:
   path:
     description: Rules file that defines the table (validated with C(nft -c -f) before it was written). Required when O(state=present).
     type: path
+  owner_comment:
+    description: The table comment that marks a table as the caller's; the rules file gives its table this comment.
+    type: str
+    required: true
+  name:
+    description: What O(table) is called in a refusal, e.g. the variable that sets it.
+    type: str
+    default: table
   state:
-    description: C(present) makes the live table equal to the file's; C(absent) deletes it.
+    description: C(present) makes the live table equal to the file's; C(absent) deletes the caller's tables.
     type: str
     default: present
     choices: [present, absent]
@@ -49,7 +66,8 @@ attributes:
 requirements:
   - nft (Debian package nftables) and unshare (util-linux) on the node; root
 notes:
-  - Other tables are never read, flushed or changed.
+  - Other tables are only read (C(nft -t list ruleset), for their names and comments), never flushed or changed.
+  - nft 1.0.6 leaves table comments out of its JSON listing; the mark is read from the text listing.
 """
 
 EXAMPLES = r"""
@@ -57,23 +75,34 @@ EXAMPLES = r"""
   sglang_nft_table:
     table: sglang_canon
     path: /etc/nftables.d/sglang-canon.nft
+    owner_comment: managed by sglang-canon
+    name: sglang_firewall_table
 
-- name: Remove the project's table
+- name: Remove the project's tables
   sglang_nft_table:
     table: sglang_canon
+    owner_comment: managed by sglang-canon
     state: absent
 """
 
 RETURN = r"""
 drifted:
-  description: How the live table differed from the rules file before the run (empty when equal).
+  description: How the live tables differed from the rules file before the run (empty when equal).
   returned: always
   type: list
   elements: str
-  sample: ["1 rule(s) missing"]
+  sample: ["1 rule(s) missing", "table inet sglang_old still loaded (marked as ours, under another name)"]
 """
 
 _SCRATCH = 'nft -f "$1" && nft -j list table "$2" "$3"'
+
+
+def _tables(module, nft, mark, family, table):
+    """(state, others) of module_utils.nft_table.ownership, from the node's text listing."""
+    rc, out, err = module.run_command([nft, "-t", "list", "ruleset"])
+    if rc != 0:
+        module.fail_json(msg=f"nft -t list ruleset failed: {err.strip()}")
+    return ownership(out, family, table, mark)
 
 
 def _live(module, nft, family, table):
@@ -94,19 +123,33 @@ def _expected(module, family, table, path):
     return out
 
 
+def _delete(module, nft, tables):
+    for family, table in tables:  # identifiers: table_comments() lists no other names
+        rc, _, err = module.run_command([nft, "delete", "table", family, table])
+        if rc != 0:
+            module.fail_json(msg=f"nft delete table {family} {table} failed: {err.strip()}")
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
             "table": {"type": "str", "required": True},
             "family": {"type": "str", "default": "inet", "choices": ["ip", "ip6", "inet", "arp", "bridge", "netdev"]},
             "path": {"type": "path"},
+            "owner_comment": {"type": "str", "required": True},
+            "name": {"type": "str", "default": "table"},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
         },
         required_if=[("state", "present", ["path"])],
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LC_ALL": "C"}
-    table, family, path, state = (module.params[k] for k in ("table", "family", "path", "state"))
+    table, family, path, mark, name, state = (
+        module.params[k] for k in ("table", "family", "path", "owner_comment", "name", "state"))
+    # Before nft runs at all, in check mode too: nft would run whatever a ';' in the name adds.
+    refusal = identifier_error(table, name)
+    if refusal:
+        module.fail_json(msg=refusal)
 
     nft = module.get_bin_path("nft")
     if nft is None:
@@ -116,13 +159,18 @@ def main():
             module.exit_json(changed=True, drifted=["nft not installed"])
         module.fail_json(msg="nft not found on the node (Debian package nftables)")
 
-    live = _live(module, nft, family, table)
+    held, others = _tables(module, nft, mark, family, table)
     if state == "absent":
-        if live and not module.check_mode:
-            rc, _, err = module.run_command([nft, "delete", "table", family, table])
-            if rc != 0:
-                module.fail_json(msg=f"nft delete table {family} {table} failed: {err.strip()}")
-        module.exit_json(changed=bool(live), drifted=["table present"] if live else [])
+        ours = ([(family, table)] if held == "ours" else []) + others
+        if not module.check_mode:
+            _delete(module, nft, ours)
+        module.exit_json(changed=bool(ours), drifted=[f"table {f} {t} present" for f, t in ours])
+
+    if held == "foreign":
+        module.fail_json(msg=(
+            f"{name}: the node already has a table {family} {table} that is not ours (its comment is not "
+            f'"{mark}"); loading the rules file would replace it. Choose another name, or delete that table '
+            "first if nothing needs it."))
 
     try:
         with open(path, "rb"):
@@ -133,15 +181,27 @@ def main():
         module.fail_json(msg=f"cannot read {path}: {error}")
 
     expected = _expected(module, family, table, path)
-    drifted = differences(live, expected)
-    if drifted and not module.check_mode:
-        rc, _, err = module.run_command([nft, "-f", path])
-        if rc != 0:
-            module.fail_json(msg=f"nft -f {path} failed, the table is as it was: {err.strip()}", drifted=drifted)
-        still = differences(_live(module, nft, family, table), expected)
-        if still:
-            module.fail_json(msg=f"after nft -f {path} the table still differs: {'; '.join(still)}", drifted=drifted)
+    table_drift = differences(_live(module, nft, family, table) if held == "ours" else "", expected)
+    drifted = table_drift + [f"table {f} {t} still loaded (marked as ours, under another name)" for f, t in others]
+    if not module.check_mode:
+        if table_drift:
+            _load(module, nft, path, (family, table), expected, mark, drifted)
+        # After ours is loaded: the ports stay guarded while the old table goes.
+        _delete(module, nft, others)
     module.exit_json(changed=bool(drifted), drifted=drifted)
+
+
+def _load(module, nft, path, key, expected, mark, drifted):
+    family, table = key
+    rc, _, err = module.run_command([nft, "-f", path])
+    if rc != 0:
+        module.fail_json(msg=f"nft -f {path} failed, the table is as it was: {err.strip()}", drifted=drifted)
+    still = differences(_live(module, nft, family, table), expected)
+    if still:
+        module.fail_json(msg=f"after nft -f {path} the table still differs: {'; '.join(still)}", drifted=drifted)
+    held, _ = _tables(module, nft, mark, family, table)
+    if held != "ours":  # the next run would take the table for someone else's
+        module.fail_json(msg=f'{path} does not give table {family} {table} the comment "{mark}"', drifted=drifted)
 
 
 if __name__ == "__main__":

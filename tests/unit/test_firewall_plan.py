@@ -1,10 +1,15 @@
-"""sglang_firewall_plan: who may reach which port of a serving node, and which inventories are refused.
+"""sglang_firewall_plan: who may reach which port of a host of the fleet, and which inventories are refused.
 
 roles/sglang_firewall renders its nftables table from this plan; tests/integration/test_firewall.py
 proves the rendered table on real nodes.
 """
 
+from pathlib import Path
+
 import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
 
 FILTER = "roles/sglang_firewall/filter_plugins/sglang_firewall.py"
 
@@ -15,7 +20,10 @@ def plan(project_module):
 
     def run(**overrides):
         settings = {
+            "table": "sglang_canon",
+            "kinds": ["node"],
             "worker_port": 30000,
+            "exporter_port": 9100,
             "server_host": "10.0.0.2",
             "gateway_group": "sglang_gateways",
             "gateway_hosts": [{"inventory_hostname": "gw1", "ansible_host": "10.0.0.10"}],
@@ -24,8 +32,9 @@ def plan(project_module):
             "monitor_hosts": [{"inventory_hostname": "mon1", "ansible_host": "10.0.0.20",
                                "sglang_firewall_address": "fd00::20"}],
             "monitor_addresses": [],
-            "monitor_ports": [9100],
+            "monitor_ports": [],
             "protected_ports": [22, 22],
+            "allow_any_source": False,
             **overrides,
         }
         return make(settings)
@@ -105,3 +114,94 @@ def test_a_host_without_ansible_host_is_taken_by_its_name(plan):
 ])
 def test_null_means_on_when_something_is_reachable_from_the_network(plan, host, monitors, enabled):
     assert plan(server_host=host, monitor_hosts=[], monitor_addresses=monitors)["auto_enabled"] is enabled
+
+
+def test_the_node_exporter_port_is_the_monitoring_roles_one_variable(plan):
+    # sglang_monitoring_node_exporter_port moved: the firewall guards the new port, not a 9100 of its own.
+    result = plan(exporter_port=9200)
+    assert result["errors"] == []
+    assert result["monitor_ports"] == [9200]
+    assert result["guarded_ports"] == [30000, 9200]
+
+
+def test_the_exporter_port_is_read_from_the_monitoring_role_in_every_play_that_runs_the_firewall():
+    vars_file = yaml.safe_load((REPO / "roles/sglang_firewall/vars/main.yml").read_text())
+    assert "'exporter_port': sglang_monitoring_node_exporter_port," in vars_file["__sglang_firewall_plan"]
+    defaults = yaml.safe_load((REPO / "roles/sglang_firewall/defaults/main.yml").read_text())
+    assert 9100 not in defaults["sglang_firewall_monitor_ports"]  # no second 9100 to keep in step
+    monitoring = yaml.safe_load((REPO / "roles/sglang_monitoring/defaults/main.yml").read_text())
+    assert monitoring["sglang_monitoring_node_exporter_listen_address"] == ":{{ sglang_monitoring_node_exporter_port }}"
+    plays = yaml.safe_load((REPO / "site.yml").read_text())
+    for play in plays:
+        text = yaml.safe_dump(play)
+        if "sglang_firewall" in text:
+            assert "sglang_monitoring" in text, play["name"]
+
+
+@pytest.mark.parametrize("kinds, guarded", [
+    (["gateway"], [9100, 29000]),
+    (["monitor"], [9100, 9090]),
+    (["node", "gateway"], [30000, 9100, 29000]),
+])
+def test_gateways_and_monitors_guard_their_own_monitoring_ports(plan, kinds, guarded):
+    result = plan(kinds=kinds, gateway_metrics_port="29000", prometheus_listen_address="127.0.0.1:9090",
+                  alertmanager_listen_address=None, server_host="127.0.0.1", monitor_hosts=[])
+    assert result["errors"] == []
+    assert result["guarded_ports"] == guarded
+    assert result["worker_port"] == (30000 if "node" in kinds else None)
+    # A gateway and a monitor always have something to guard from the network.
+    assert result["auto_enabled"] is True
+
+
+def test_a_monitor_with_alertmanager_guards_its_port_too(plan):
+    result = plan(kinds=["monitor"], prometheus_listen_address="[::]:9090", alertmanager_listen_address="0.0.0.0:9093")
+    assert result["guarded_ports"] == [9100, 9090, 9093]
+
+
+def test_a_monitoring_port_that_is_ssh_is_refused_naming_its_variable(plan):
+    errors = plan(kinds=["monitor"], prometheus_listen_address="127.0.0.1:22", alertmanager_listen_address=None)["errors"]
+    assert errors == [
+        "sglang_monitoring_listen_address: port 22 is an SSH port (sglang_firewall_protected_ports, ansible_port); "
+        "the firewall would close it to everyone but the gateways and monitors, locking Ansible out"
+    ]
+
+
+@pytest.mark.parametrize("table", [
+    "sglang_canon; insert rule inet sglang_canon input tcp dport 30000 accept; table inet sglang_canon",
+    "mine\n", "1st", "a-b", "x" * 65, "",
+])
+def test_a_table_name_that_is_no_nft_identifier_is_refused(plan, table):
+    assert plan(table=table)["errors"] == [
+        "sglang_firewall_table: expected an nft identifier: a letter, then letters, digits or _, "
+        f"at most 64 characters, got {table!r}"
+    ]
+
+
+@pytest.mark.parametrize("addresses, sources", [
+    (["0.0.0.0/0"], "sglang_firewall_gateway_addresses[0]"),
+    (["10.0.0.1", "::/0"], "sglang_firewall_gateway_addresses[1]"),
+    (["0.0.0.0/1", "128.0.0.0/1"],
+     "sglang_firewall_gateway_addresses[0] (0.0.0.0/1), sglang_firewall_gateway_addresses[1] (128.0.0.0/1)"),
+])
+def test_sources_that_admit_every_address_are_refused(plan, addresses, sources):
+    errors = plan(gateway_addresses=addresses)["errors"]
+    assert len(errors) == 1
+    assert errors[0].startswith(f"{sources}: admits every IPv"), errors
+    assert errors[0].endswith("or set sglang_firewall_allow_any_source: true if any source is meant")
+
+
+def test_a_monitor_host_at_every_address_is_named(plan):
+    errors = plan(monitor_hosts=[{"inventory_hostname": "mon1", "sglang_firewall_address": "0.0.0.0/0"}])["errors"]
+    assert errors == ["sglang_firewall_address of mon1 (group sglang_monitors): admits every IPv4 address (0.0.0.0/0); "
+                      "name the hosts or networks that need the port, or set sglang_firewall_allow_any_source: true "
+                      "if any source is meant"]
+
+
+def test_every_source_is_accepted_when_the_inventory_says_so(plan):
+    result = plan(gateway_addresses=["0.0.0.0/0", "::/0"], allow_any_source=True)
+    assert result["errors"] == []
+    assert result["gateways"] == {"ipv4": ["10.0.0.10", "0.0.0.0/0"], "ipv6": ["::/0"]}
+
+
+def test_large_networks_that_leave_addresses_out_are_accepted(plan):
+    assert plan(monitor_addresses=["0.0.0.0/1", "128.0.0.0/2", "10.0.0.0/8"])["errors"] == []

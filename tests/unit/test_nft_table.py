@@ -1,9 +1,12 @@
-"""module_utils/nft_table.py: the live table and the rules file's table compared on real nft 1.0.6 listings."""
+"""module_utils/nft_table.py and library/sglang_nft_table.py on real nft 1.0.6 listings: the live table and the
+rules file's table compared, whose a table is, and which names may reach nft at all."""
 
 import json
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nft"
@@ -52,3 +55,141 @@ def test_rules_in_another_order_are_drift(nft_table):
     others = [o for o in objects["nftables"] if "rule" not in o]
     swapped = {"nftables": others + rules[::-1]}
     assert nft_table.differences(json.dumps(swapped), SCRATCH) == ["rules in another order"]
+
+
+RULESET = (FIXTURES / "ruleset-terse.txt").read_text()
+MARK = "managed by sglang-canon"
+INJECTED = "sglang_canon; insert rule inet sglang_canon input tcp dport 30000 accept; table inet sglang_canon"
+
+
+def test_the_table_comment_tells_ours_from_another_owners(nft_table):
+    assert nft_table.table_comments(RULESET) == {
+        ("inet", "sglang_canon"): MARK, ("inet", "sglang_old"): MARK, ("inet", "someone_else"): None,
+        ("ip", "filter"): "managed by someone", ("ip6", "mine"): None,
+    }
+    assert nft_table.ownership(RULESET, "inet", "sglang_canon", MARK) == ("ours", [("inet", "sglang_old")])
+    assert nft_table.ownership(RULESET, "inet", "someone_else", MARK)[0] == "foreign"
+    assert nft_table.ownership(RULESET, "ip", "filter", MARK)[0] == "foreign"
+    # Same name, other family: another table.
+    assert nft_table.ownership(RULESET, "inet", "mine", MARK)[0] == "missing"
+    # Renamed: both earlier tables are ours, to be removed.
+    assert nft_table.ownership(RULESET, "inet", "sglang_new", MARK) == (
+        "missing", [("inet", "sglang_canon"), ("inet", "sglang_old")])
+    assert nft_table.ownership("", "inet", "sglang_canon", MARK) == ("missing", [])
+
+
+@pytest.mark.parametrize("name", ["sglang_canon", "t", "A" * 64, "fw_2"])
+def test_identifiers_are_table_names(nft_table, name):
+    assert nft_table.identifier_error(name, "sglang_firewall_table") is None
+
+
+@pytest.mark.parametrize("name", [INJECTED, "", "a b", "1abc", "_x", "a-b", "a" * 65, "x\n", '"x"', None, 5])
+def test_anything_else_is_refused_naming_the_variable(nft_table, name):
+    assert nft_table.identifier_error(name, "sglang_firewall_table") == (
+        "sglang_firewall_table: expected an nft identifier: a letter, then letters, digits or _, "
+        f"at most 64 characters, got {name!r}")
+
+
+# --- the module's main(), with nft answered from the fixtures --------------------------------
+
+@pytest.fixture(scope="module")
+def module_under_test(project_module, nft_table):  # pylint: disable=unused-argument  # registered first
+    return project_module("library/sglang_nft_table.py")
+
+
+class FakeNft:
+    """nft on a node whose ruleset is `ruleset`; `nft -f` loads `loaded` (the ruleset after it)."""
+
+    def __init__(self, ruleset, loaded=None):
+        self.ruleset, self.loaded, self.calls = ruleset, loaded, []
+
+    def run_command(self, argv):
+        self.calls.append(argv[1:] if argv[0] == "nft" else argv[:2])
+        if argv[:2] == ["unshare", "--net"]:
+            return 0, SCRATCH, ""
+        if argv[1:] == ["-t", "list", "ruleset"]:
+            return 0, self.ruleset, ""
+        if argv[1:3] == ["-j", "list"]:
+            return 0, LIVE, ""
+        if argv[1] == "-f":
+            self.ruleset = self.loaded
+        return 0, "", ""
+
+
+@pytest.fixture(name="run")
+def fixture_run(monkeypatch, capsys, module_under_test, tmp_path):
+    rules = tmp_path / "sglang-canon.nft"
+    rules.write_text("table inet sglang_canon {}\n")
+
+    def run(nft, check_mode=False, **args):
+        monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: nft.run_command(argv))
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, **kw: name)
+        params = {"table": "sglang_canon", "path": str(rules), "owner_comment": MARK,
+                  "name": "sglang_firewall_table", "_ansible_check_mode": check_mode, **args}
+        with patch_module_args(params), pytest.raises(SystemExit) as exited:
+            module_under_test.main()
+        return exited.value.code, json.loads(capsys.readouterr().out)
+
+    run.rules = str(rules)
+    return run
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_a_name_nft_would_split_into_commands_is_refused_before_nft_runs(run, check_mode):
+    nft = FakeNft(RULESET)
+    code, result = run(nft, check_mode=check_mode, table=INJECTED)
+    assert code == 1 and result["failed"] is True
+    assert result["msg"].startswith("sglang_firewall_table: expected an nft identifier")
+    assert nft.calls == []
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_a_table_of_another_owner_is_neither_replaced_nor_deleted(run, check_mode, state):
+    nft = FakeNft(RULESET)
+    code, result = run(nft, check_mode=check_mode, table="someone_else", state=state)
+    assert nft.calls[0] == ["-t", "list", "ruleset"]
+    assert [call for call in nft.calls if "someone_else" in call] == []
+    if state == "present":
+        assert code == 1
+        assert result["msg"] == (
+            "sglang_firewall_table: the node already has a table inet someone_else that is not ours (its comment is "
+            'not "managed by sglang-canon"); loading the rules file would replace it. Choose another name, or delete '
+            "that table first if nothing needs it.")
+    else:  # off: ours (under earlier names) go, the other owner's table of that name stays
+        assert code == 0 and result["changed"] is True
+        assert result["drifted"] == ["table inet sglang_canon present", "table inet sglang_old present"]
+        deleted = [] if check_mode else [["delete", "table", "inet", "sglang_canon"], ["delete", "table", "inet", "sglang_old"]]
+        assert nft.calls[1:] == deleted
+
+
+def test_a_rename_loads_the_new_table_then_removes_ours_under_the_old_names(run):
+    renamed = RULESET.replace("sglang_canon", "sglang_new").replace("table inet sglang_old", "table inet z_old")
+    nft = FakeNft(RULESET, loaded=renamed)
+    code, result = run(nft, table="sglang_new")
+    assert code == 0 and result["changed"] is True
+    assert result["drifted"] == [
+        "table missing",
+        "table inet sglang_canon still loaded (marked as ours, under another name)",
+        "table inet sglang_old still loaded (marked as ours, under another name)",
+    ]
+    assert nft.calls == [
+        ["-t", "list", "ruleset"], ["unshare", "--net"],
+        ["-f", run.rules], ["-j", "list", "table", "inet", "sglang_new"], ["-t", "list", "ruleset"],
+        ["delete", "table", "inet", "sglang_canon"], ["delete", "table", "inet", "sglang_old"],
+    ]
+
+
+def test_the_scan_reports_the_old_tables_and_changes_nothing(run):
+    nft = FakeNft(RULESET)
+    code, result = run(nft, check_mode=True)
+    assert code == 0 and result["changed"] is True
+    assert result["drifted"] == ["table inet sglang_old still loaded (marked as ours, under another name)"]
+    assert [call for call in nft.calls if call[0] in ("-f", "delete")] == []
+
+
+def test_a_rules_file_without_the_mark_fails_after_loading(run):
+    nft = FakeNft("", loaded=RULESET.replace(f'\tcomment "{MARK}"\n', ""))
+    code, result = run(nft)
+    assert code == 1
+    assert result["msg"] == f'{run.rules} does not give table inet sglang_canon the comment "{MARK}"'
