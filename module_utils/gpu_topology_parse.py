@@ -161,13 +161,16 @@ def _clean_lines(text):
 
 
 def _header_columns(line):
-    """(device columns, affinity columns) when `line` is the topo -m header, else None.
+    """(device columns, affinity columns, affinity layout) when `line` is the topo -m header, else None.
 
     The header names devices (GPU0 first, then GPUs and NICs, each ending in its number) and
     then the affinity columns, whose names hold spaces; tabs, spaces or both may separate them.
     Rows are never taken for the header: they carry an X on the diagonal, which names no device.
     A column a newer driver adds after the affinity columns is kept (and not reported) when tabs
     separate the names; in space-aligned text its words cannot be told from the next name's.
+    The layout is the tab-separated header's fields after the devices, "" where a second tab pads
+    a wide name ("CPU Affinity<TAB><TAB>NUMA Affinity"): the rows leave an empty cell there too.
+    It is None for a header whose tabs became spaces.
     """
     affinity = list(_AFFINITY_HEADER_RE.finditer(line))
     devices = line[: affinity[0].start()].split() if affinity else line.split()
@@ -176,17 +179,20 @@ def _header_columns(line):
     if not all(_DEVICE_NAME_RE.match(name) for name in devices):
         return None
     if not affinity:
-        return devices, []
+        return devices, [], None
     trailing = line[affinity[0].start() :]
     if "\t" in trailing:
-        return devices, [" ".join(name.split()) for name in trailing.split("\t") if name.strip()]
+        layout = [" ".join(name.split()) for name in trailing.split("\t")]
+        while not layout[-1]:
+            layout.pop()
+        return devices, [name for name in layout if name], layout
     unknown = _AFFINITY_HEADER_RE.sub("", trailing).strip()
     if unknown:
         raise GpuTopologyParseError(
             "unknown column %r after the affinity columns (expected only %s) in the space-aligned header %r"
             % (unknown, ", ".join(_AFFINITY_NAMES), line)
         )
-    return devices, [" ".join(match.group().split()) for match in affinity]
+    return devices, [" ".join(match.group().split()) for match in affinity], None
 
 
 def _find_header(lines):
@@ -256,19 +262,49 @@ def _tab_size(aligned_rows, header):
     return fitting[0] if fitting else None
 
 
-def _fit_trailing(cells, names, line):
+def _grid_layout(header, tab_size):
+    """The affinity layout of a header whose tabs became spaces, as _header_columns gives it for
+    tabs: a name that ends more than one tab stop before the next one was padded with a tab.
+    Columns count from the first name, which sat on a tab stop (an escape code stripped from
+    the header after expansion shifts the whole header, not the names' distances)."""
+    layout, end = [], None
+    names = list(_AFFINITY_HEADER_RE.finditer(header))
+    for match in names:
+        start = match.start() - names[0].start()
+        if end is not None:
+            layout += [""] * (start // tab_size - end // tab_size - 1)
+        layout.append(" ".join(match.group().split()))
+        end = match.end() - names[0].start()
+    return layout
+
+
+def _fit_trailing(cells, names, line, layout=None):
     """Match a row's cells after the links to the affinity columns `names`.
 
-    Recent drivers print an empty spacer cell before "GPU NUMA ID" ("0-31<TAB>0<TAB><TAB>N/A")
-    and some rows end in tabs; blank cells are real values too (NIC rows, or a GPU without CPU
-    affinity), so only trailing blanks and that one spacer go.
+    Recent drivers print an empty spacer cell before "GPU NUMA ID" ("0-31<TAB>0<TAB><TAB>N/A"),
+    some pad the wide affinity names of the header with a second tab and each row with an empty
+    cell at the same place ("0-11<TAB><TAB>N/A"), and some rows end in tabs. Blank cells are real
+    values too (NIC rows, or a GPU without CPU affinity), so only these go: trailing blanks; the
+    cells at the padding of a padded header (`layout`); that one spacer; and, where tabs became
+    spaces and no layout is left, empty cells right after a value, first come first.
     """
     cells = [cell.strip() for cell in cells]
     while len(cells) > len(names) and cells[-1] == "":
         cells.pop()
+    if layout and len(names) < len(layout) and len(cells) <= len(layout):
+        if all(cells[position] == "" for position, name in enumerate(layout[: len(cells)]) if not name):
+            return {name: (cells[position] if position < len(cells) else "")
+                    for position, name in enumerate(layout) if name}
     spacer = names.index("GPU NUMA ID") if "GPU NUMA ID" in names else None
     if len(cells) == len(names) + 1 and spacer is not None and cells[spacer] == "":
         del cells[spacer]
+    while len(cells) > len(names):
+        # the links end in a value, so a first blank cell follows one
+        padding = next((position for position, cell in enumerate(cells)
+                        if cell == "" and (position == 0 or cells[position - 1] != "")), None)
+        if padding is None:
+            break
+        del cells[padding]
     if len(cells) > len(names):
         raise GpuTopologyParseError(
             "%d cells after the links where the header names %d (%s): %r"
@@ -277,7 +313,7 @@ def _fit_trailing(cells, names, line):
     return dict(zip(names, cells + [""] * (len(names) - len(cells))))
 
 
-def _read_rows(matrix, header, columns, affinity_names):
+def _read_rows(matrix, header, columns, affinity_names, affinity_layout):
     """Read the matrix rows into {label: (links, {affinity column: cell}, line)}.
 
     Tab-separated rows split on tabs. Rows whose tabs became spaces split on the tab grid they
@@ -286,6 +322,8 @@ def _read_rows(matrix, header, columns, affinity_names):
     """
     aligned = [line for line in matrix if "\t" not in line]
     tab_size = _tab_size(aligned, header)
+    if tab_size and affinity_layout is None and aligned:
+        affinity_layout = _grid_layout(header, tab_size)
     rows = {}
     for line in matrix:
         if "\t" in line:
@@ -313,7 +351,7 @@ def _read_rows(matrix, header, columns, affinity_names):
                 "row %s has %d link cells for %d columns: %r"
                 % (label, len(list(filter(None, links))), len(columns), line)
             )
-        rows[label] = (links, _fit_trailing(cells[len(columns) + 1 :], affinity_names, line), line)
+        rows[label] = (links, _fit_trailing(cells[len(columns) + 1 :], affinity_names, line, affinity_layout), line)
     return rows
 
 
@@ -331,9 +369,9 @@ def parse_topo_matrix(text):
       nics: [{name, device, links}] for NIC rows (links: one cell per GPU, by GPU index)
     """
     lines = _clean_lines(text)
-    header_at, (columns, affinity_names) = _find_header(lines)
+    header_at, (columns, affinity_names, affinity_layout) = _find_header(lines)
     matrix_rows, legends = _matrix_lines(lines[header_at + 1 :])
-    rows = _read_rows(matrix_rows, lines[header_at], columns, affinity_names)
+    rows = _read_rows(matrix_rows, lines[header_at], columns, affinity_names, affinity_layout)
     header = lines[header_at].strip()
     nic_legend = dict(match.groups() for match in map(_NIC_LEGEND_RE.match, legends) if match)
 

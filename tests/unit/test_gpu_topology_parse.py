@@ -269,6 +269,38 @@ def test_no_gpu_numa_id_column_eight_nv12_four_numa_nodes():
     assert parse.classify_interconnect(result["links"], 8) == "nvlink"
 
 
+def test_padded_affinity_header_reads_as_the_real_capture():
+    # nvidia-smi pads the wide affinity names of the header with a second tab, and every row with
+    # an empty cell at the same place: "0-63,128-191<TAB><TAB>0<TAB><TAB>N/A". Made from the real
+    # capture of the canonical node with that extra tab.
+    padded = topo_fixture("padded-affinity-header-8x")
+    assert padded == parse.parse_topo_matrix(read(CAPTURES / "rtx-pro-6000-8x" / "topo-m.txt"))
+    assert (padded["gpus"][0]["cpu_affinity"], padded["gpus"][0]["numa_affinity"]) == ("0-63,128-191", "0")
+
+
+def test_padded_affinity_header_without_gpu_numa_id_leaves_an_empty_cell_after_the_cpu_affinity():
+    # "...<TAB>NODE<TAB>0-11<TAB><TAB>N/A": the empty cell is padding, not a blank NUMA affinity.
+    result = topo_fixture("padded-affinity-header-4x-no-gpu-numa-id")
+    expected = topo_fixture("mixed-nvlink-4x")
+    for gpu in expected["gpus"]:
+        gpu.update(cpu_affinity="0-11", numa_affinity=None, numa_nodes=[], numa_node=None, gpu_numa_id=None)
+    assert result == expected
+
+
+def test_padding_and_real_blank_cells_in_one_padded_row_are_told_apart():
+    # A blank CPU affinity (a real value) before the padding, and the padding then the spacer before
+    # GPU NUMA ID: the header's layout says which empty cell is which.
+    text = read(FIXTURES / "padded-affinity-header-8x" / "topo-m.txt")
+    text = text.replace("GPU1\tPIX\t X \tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t0-63,128-191\t\t0\t\tN/A",
+                        "GPU1\tPIX\t X \tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t\t\t0\t\tN/A")
+    text = text.replace("GPU2\tNODE\tNODE\t X \tPIX\tSYS\tSYS\tSYS\tSYS\t0-63,128-191\t\t0\t\tN/A",
+                        "GPU2\tNODE\tNODE\t X \tPIX\tSYS\tSYS\tSYS\tSYS\t0-63,128-191\t\t\t\t2")
+    result = parse.parse_topo_matrix(text)
+    assert result["gpus"][1]["cpu_affinity"] is None and result["gpus"][1]["numa_node"] == 0
+    assert (result["gpus"][2]["cpu_affinity"], result["gpus"][2]["numa_affinity"], result["gpus"][2]["gpu_numa_id"]) == (
+        "0-63,128-191", None, 2)
+
+
 def test_single_gpu_na_numa_and_no_final_newline():
     text = read(FIXTURES / "single-gpu-vm-no-newline" / "topo-m.txt")
     assert not text.endswith("\n")
@@ -335,10 +367,15 @@ def without_gpu_numa_id(text):
 
     def drop(line):
         if "GPU NUMA ID" in line:
-            return line.replace("\tGPU NUMA ID", "")
+            return re.sub(r"\t+GPU NUMA ID", "", line)
         cells = line.split("\t")
-        assert all(cell.strip() in ("", "N/A") for cell in cells[count + 3 :]), line  # the spacer and the N/A
-        return "\t".join(cells[: count + 3])
+        while len(cells) > count + 1 and not cells[-1].strip():
+            cells.pop()  # rows that end in a tab, NIC rows' blank affinity cells
+        if len(cells) > count + 3:  # the GPU NUMA ID (N/A), then the spacer or padding before it
+            assert cells.pop().strip() == "N/A", line
+            while not cells[-1].strip():
+                cells.pop()
+        return "\t".join(cells)
 
     return change_matrix_lines(text, drop) if "GPU NUMA ID" in text else text
 
