@@ -19,6 +19,11 @@ SINK_UNIT = "sglang-test-alert-sink"
 SINK_PORT = 9099
 SINK_FILE = "/tmp/sglang-test-alert-sink.jsonl"
 CONFIG = "/etc/prometheus/alertmanager.yml"
+# Alertmanager's API asks for basic auth (roles/sglang_monitoring/vars/main.yml): user prometheus,
+# the password in a file only root and group prometheus read. These checks ask as root, with it.
+USER = "prometheus"
+PASSWORD_FILE = "/etc/prometheus/alertmanager-api.password"
+WEB_CONFIG = "/etc/prometheus/alertmanager-web.yml"
 CONFIG_TASK = "Write Alertmanager's configuration (checked by amtool check-config)"
 
 # Short waits, so that a notification follows its alert within seconds.
@@ -59,7 +64,8 @@ def wait_for(what, probe, timeout, describe=None):
 
 
 def _get(monitor, url):
-    return json.loads(monitor.ssh(f"curl -sf {shlex.quote(url)}", check=True).stdout)
+    auth = f'--user "{USER}:$(cat {PASSWORD_FILE})" ' if url.startswith(ALERTMANAGER) else ""
+    return json.loads(monitor.ssh(f"curl -sf {auth}{shlex.quote(url)}", check=True).stdout)
 
 
 def pid(monitor):
@@ -118,8 +124,9 @@ def check_alertmanager_runs(monitor):
     assert not host.socket("tcp://0.0.0.0:9093").is_listening
     # No gossip port (9094 on all addresses, Alertmanager's default): nothing listens on it.
     assert monitor.ssh("ss -Hlntu 'sport = :9094'", check=True).stdout.strip() == ""
-    config = host.file(CONFIG)
-    assert (config.user, config.group, config.mode) == ("root", "prometheus", 0o640)
+    for path in (CONFIG, PASSWORD_FILE, WEB_CONFIG):
+        secret = host.file(path)
+        assert (secret.user, secret.group, secret.mode) == ("root", "prometheus", 0o640), path
     live = live_config(monitor)
     assert "- name: sink" in live and "repeat_interval: 1m" in live, live
 

@@ -17,15 +17,24 @@ is bounded.
 """
 
 import json
+import re
+import shlex
 import time
 
 
 import alertmanager_checks as alertmanager
 from alertmanager_checks import wait_for as _wait_for
+from ansible_run import run_playbook
+from node_state import failure_messages
 from gateway_fleet import FLEET_SCRAPE_SECONDS as SCRAPE_SECONDS
 from gateway_fleet import FLEET_SERVER_DOWN_FOR_SECONDS as SERVER_DOWN_FOR_SECONDS
 
 GATEWAY_METRICS_PORT = 29000  # inventory/testnode/group_vars/sglang_gateways.yml: prometheus_port
+# systemd-analyze security's exposure of Debian's units with the role's drop-in (Debian's own
+# node exporter and Alertmanager units: 9.2 UNSAFE; the project's gateway unit: at most 3.0).
+EXPOSURE_BOUND = 3.0
+DROPIN = "sglang-canon-hardening.conf"
+RULES = "/etc/prometheus/rules/sglang.rules.yml"
 
 
 def _api(monitor, path):
@@ -63,9 +72,9 @@ def test_prometheus_reports_every_target_up(gateway_fleet):
     # the gateway's own metrics (sglang-router's Prometheus endpoint, on the gateway's address)
     assert targets[("sglang_gateway", fleet.gateway.name)]["scrapeUrl"] == (
         f"http://{fleet.gateway.ip}:{GATEWAY_METRICS_PORT}/metrics")
-    # The rules are loaded: the 8 alerts of the project, nothing firing on a healthy fleet.
+    # The rules are loaded: the 9 alerts of the project, nothing firing on a healthy fleet.
     rules = [rule["name"] for group in _api(monitor, "rules")["groups"] for rule in group["rules"]]
-    assert len(rules) == 8 and "SGLangServerDown" in rules
+    assert len(rules) == 9 and "SGLangServerDown" in rules
     assert [a for a in _api(monitor, "alerts")["alerts"] if a["state"] == "firing"] == []
     host = monitor.testinfra_host()
     assert host.service("prometheus").is_enabled and host.service("prometheus").is_running
@@ -76,6 +85,70 @@ def test_prometheus_reports_every_target_up(gateway_fleet):
         assert exporter.is_enabled and exporter.is_running
     alertmanager.check_alertmanager_runs(monitor)
     alertmanager.check_prometheus_lists_the_alertmanager(monitor)
+
+
+def _exposure(host, unit):
+    report = host.ssh(f"systemd-analyze security --no-pager {unit}.service", check=True).stdout
+    return float(re.search(rf"Overall exposure level for {re.escape(unit)}\.service: ([0-9.]+)", report).group(1))
+
+
+def test_debian_units_run_hardened_by_their_drop_ins_and_still_collect(gateway_fleet):
+    fleet, monitor = gateway_fleet, gateway_fleet.monitor
+    units = [(host, "prometheus-node-exporter") for host in fleet.hosts]
+    units += [(monitor, "prometheus"), (monitor, "prometheus-alertmanager")]
+    scores = {}
+    for host, unit in units:
+        assert host.ssh(f"test -f /etc/systemd/system/{unit}.service.d/{DROPIN}").returncode == 0, (host.name, unit)
+        show = {prop: host.ssh(f"systemctl show -P {prop} {unit}", check=True).stdout.strip()
+                for prop in ("ActiveState", "ProtectSystem", "CapabilityBoundingSet", "NoNewPrivileges")}
+        assert show == {"ActiveState": "active", "ProtectSystem": "strict", "CapabilityBoundingSet": "",
+                        "NoNewPrivileges": "yes"}, (host.name, unit, show)
+        scores[(host.name, unit)] = _exposure(host, unit)
+    print("systemd-analyze security:", scores)
+    assert all(score <= EXPOSURE_BOUND for score in scores.values()), scores
+    # Confined, each still does its work: the node exporters read /proc, /sys and the mounts
+    # (targets up: test_prometheus_reports_every_target_up), and the watchdog's textfile on the
+    # serving nodes, with no read error.
+    def textfile_nodes():
+        series = _api(monitor, "query?query=" + "node_textfile_mtime_seconds%7Bfile%3D~%22.*sglang_watchdog.prom%22%7D")
+        return sorted(sample["metric"]["node"] for sample in series["result"])
+    written = sorted(node.name for node in fleet.nodes
+                     if node.ssh("test -s /var/lib/prometheus/node-exporter/sglang_watchdog.prom").returncode == 0)
+    assert written, "no serving node has the watchdog's textfile"
+    _wait_for("the watchdog's textfile collected", lambda: textfile_nodes() == written, timeout=30,
+              describe=textfile_nodes)
+    errors = _api(monitor, "query?query=node_textfile_scrape_error")["result"]
+    assert errors and all(sample["value"][1] == "0" for sample in errors), errors
+    roots = _api(monitor, "query?query=" + "node_filesystem_size_bytes%7Bmountpoint%3D%22/%22%7D")["result"]
+    assert sorted(sample["metric"]["node"] for sample in roots) == sorted(host.name for host in fleet.hosts)
+
+
+def test_each_argument_reaches_its_program_as_one_word(gateway_fleet):
+    # /etc/default's ARGS holds each argument single-quoted: systemd passes it as one argv word,
+    # so a value with a space cannot add a flag (issue 38: --web.enable-admin-api via retention).
+    monitor = gateway_fleet.monitor
+    pid = _prometheus_pid(monitor)
+    argv = monitor.ssh(f"cat /proc/{pid}/cmdline", check=True).stdout.split("\0")[:-1]
+    assert argv[1:] == ["--config.file=/etc/prometheus/prometheus.yml", "--web.listen-address=127.0.0.1:9090",
+                        "--storage.tsdb.retention.time=15d"], argv
+    assert "'" in monitor.ssh("grep ^ARGS= /etc/default/prometheus", check=True).stdout
+
+
+def test_alertmanager_shows_nothing_of_its_receivers_to_a_local_user(gateway_fleet):
+    monitor = gateway_fleet.monitor
+    sink_url = alertmanager.VARIABLES["sglang_monitoring_alertmanager_receivers"][0]["webhook_configs"][0]["url"]
+    # root, with the password, sees the configuration (the receiver's URL is what it shows) ...
+    assert sink_url in alertmanager.live_config(monitor)
+    # ... a local user without it gets 401 and nothing of it, from the API, the UI's API or metrics
+    for path in ("/api/v2/status", "/api/v2/receivers", "/api/v1/status", "/metrics", "/"):
+        asked = monitor.ssh(f"runuser -u nobody -- curl -s -w '\\n%{{http_code}}' "
+                            f"{shlex.quote(alertmanager.ALERTMANAGER + path)}", check=True).stdout
+        body, _, code = asked.rpartition("\n")
+        assert code == "401", (path, asked)
+        assert sink_url not in body and "9099" not in body, (path, body)
+    # and cannot read the password, nor the configuration
+    for path in (alertmanager.PASSWORD_FILE, alertmanager.WEB_CONFIG, alertmanager.CONFIG):
+        assert monitor.ssh(f"runuser -u nobody -- cat {path}").returncode != 0, path
 
 
 def test_stopping_a_server_fires_its_alert_within_the_rules_for_and_notifies_the_receiver(gateway_fleet):
@@ -166,3 +239,27 @@ def test_alertmanager_turned_off_is_stopped_and_prometheus_sends_to_it_no_more(g
     assert on.rc == 0, on.stdout[-5000:]
     alertmanager.check_alertmanager_runs(monitor)
     alertmanager.check_prometheus_lists_the_alertmanager(monitor)
+
+
+def test_drift_scan_names_an_edited_rule_and_a_stopped_alertmanager_and_one_run_repairs_both(gateway_fleet):
+    # Issue 38: drift.yml ignored the monitor (rc 0 with both).
+    monitor = gateway_fleet.monitor
+    clean = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
+    assert clean.rc == 0, failure_messages(clean)
+    monitor.ssh(f"sed -i 's/for: 5s/for: 9m/' {RULES} && systemctl stop prometheus-alertmanager", check=True)
+    try:
+        scan = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
+        assert scan.rc != 0, "drift.yml exited 0 with the monitor drifted"
+        (report,) = [m for m in failure_messages(scan) if m.startswith(f"{monitor.name} drifted: ")]
+        assert "Write the alert rules (checked by promtool check rules)" in report, report
+        assert "Keep Alertmanager enabled and running" in report, report
+        assert not [m for m in failure_messages(scan) if " drifted: " in m and not m.startswith(monitor.name)]
+        # the scan changed nothing
+        assert monitor.ssh(f"grep -c 'for: 9m' {RULES}").stdout.strip() != "0"
+        assert monitor.ssh("systemctl is-active prometheus-alertmanager").stdout.strip() != "active"
+    finally:
+        repair = gateway_fleet.converge()
+    assert repair.rc == 0, failure_messages(repair)
+    alertmanager.check_alertmanager_runs(monitor)
+    again = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
+    assert again.rc == 0, failure_messages(again)

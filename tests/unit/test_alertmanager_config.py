@@ -9,6 +9,7 @@ block. Both tools are extracted by scripts/fetch-monitoring-debs (scripts/setup 
 """
 
 import importlib.util
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -54,15 +55,15 @@ def _variables(**overrides):
     values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     values.update(overrides)
     private = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    values.update({"ansible_managed": "Ansible managed", "inventory_hostname": "mon-1",
-                   "__sglang_monitoring_rules_file": private["__sglang_monitoring_rules_file"],
-                   "__sglang_monitoring_alertmanager_config_file": private["__sglang_monitoring_alertmanager_config_file"]})
+    values.update({"ansible_managed": "Ansible managed", "inventory_hostname": "mon-1"})
+    # the vars that are plain values (paths, the hardening table), not templates
+    values.update({name: value for name, value in private.items() if "{{" not in str(value)})
     for name in ("__sglang_monitoring_alertmanager_listen_host", "__sglang_monitoring_alertmanager_listen_port",
                  "__sglang_monitoring_alertmanager_local_address"):
         values[name] = env.from_string(private[name]).render(values)
     for name in ("__sglang_monitoring_alertmanager_args", "__sglang_monitoring_prometheus_args",
                  "__sglang_monitoring_node_exporter_args"):
-        values[name] = [env.from_string(arg).render({**private, **values}) for arg in private[name]]
+        values[name] = [env.from_string(arg).render(values) for arg in private[name]]
     return values
 
 
@@ -117,10 +118,11 @@ def argv_of(default_file_text):
     return shlex.split(value)
 
 
-def test_the_command_line_closes_the_gossip_port_and_listens_where_asked():
+def test_the_command_line_closes_the_gossip_port_asks_for_the_api_password_and_listens_where_asked():
     text = render("alertmanager.default.j2", sglang_monitoring_alertmanager_listen_address="10.0.0.7:9093")
     assert argv_of(text) == ["--config.file=/etc/prometheus/alertmanager.yml",
                              "--storage.path=/var/lib/prometheus/alertmanager",
+                             "--web.config.file=/etc/prometheus/alertmanager-web.yml",
                              "--web.listen-address=10.0.0.7:9093",
                              "--cluster.listen-address="]
 
@@ -171,13 +173,89 @@ def _prometheus(tmp_path, **overrides):
 def test_prometheus_sends_alerts_to_the_alertmanager_of_its_monitor_and_scrapes_it(tmp_path, listen, target):
     config = _prometheus(tmp_path, sglang_monitoring_alertmanager_enabled=True,
                          sglang_monitoring_alertmanager_listen_address=listen)
-    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": [target]}]}]}
+    # Alertmanager's API asks for its password (a file root and group prometheus only read), for
+    # alerts sent and for its scrape.
+    auth = {"username": "prometheus", "password_file": "/etc/prometheus/alertmanager-api.password"}
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": [target]}], "basic_auth": auth}]}
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert list(jobs) == ["sglang", "node", "sglang_gateway", "alertmanager"]
     assert jobs["alertmanager"]["static_configs"] == [{"targets": [target], "labels": {"node": "mon-1"}}]
+    assert jobs["alertmanager"]["basic_auth"] == auth
 
 
 def test_without_alertmanager_prometheus_has_no_alerting_block_nor_its_job(tmp_path):
     config = _prometheus(tmp_path)
     assert "alerting" not in config
     assert [job["job_name"] for job in config["scrape_configs"]] == ["sglang", "node", "sglang_gateway"]
+
+
+@pytest.fixture(scope="module")
+def api_password(project_module):
+    return project_module("library/sglang_monitoring_api_password.py")
+
+
+def test_the_api_password_hash_is_bcrypt_and_kept_while_it_matches(api_password):
+    hashed = api_password.crypt.crypt("s3cret", api_password.crypt.mksalt(api_password.crypt.METHOD_BLOWFISH,
+                                                                           rounds=api_password.BCRYPT_ROUNDS))
+    assert hashed.startswith("$2b$10$")  # what exporter-toolkit's basic_auth_users reads
+    web_config = json.dumps({"basic_auth_users": {"prometheus": hashed}})
+    assert api_password._hash_matches(web_config, "prometheus", "s3cret")
+    assert not api_password._hash_matches(web_config, "prometheus", "other")
+    assert not api_password._hash_matches(web_config, "admin", "s3cret")
+    assert not api_password._hash_matches("basic_auth_users: {}", "prometheus", "s3cret")
+    # a hash of another scheme (a plain SHA-512 crypt) is replaced, not trusted
+    sha = api_password.crypt.crypt("s3cret", api_password.crypt.mksalt(api_password.crypt.METHOD_SHA512))
+    assert not api_password._hash_matches(json.dumps({"basic_auth_users": {"prometheus": sha}}), "prometheus", "s3cret")
+
+
+@pytest.fixture(scope="module")
+def value_formats(project_module):
+    return project_module("filter_plugins/value_formats.py")
+
+
+def _declared():
+    return yaml.safe_load((ROLE / "meta" / "value_formats.yml").read_text())
+
+
+def test_every_string_and_number_option_has_a_declared_format_or_a_reason():
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = {name: option for entry in specs.values() for name, option in entry["options"].items()}
+    declared = _declared()
+    covered = set(declared["value_formats"]) | set(declared["free_text"])
+    wanted = {name for name, option in options.items() if option["type"] in ("str", "int", "float", "path")
+              or option.get("elements") in ("str", "int", "float", "path", "dict")}
+    assert wanted - covered == set()
+    assert covered - set(options) == set()  # no format for a variable the role does not have
+
+
+def test_the_role_defaults_have_their_formats(value_formats):
+    defaults = _variables()
+    defaults["sglang_monitoring_node_exporter_listen_address"] = _env().from_string(
+        str(defaults["sglang_monitoring_node_exporter_listen_address"])).render(defaults)
+    formats = _declared()["value_formats"]
+    assert value_formats.value_format_errors({name: defaults[name] for name in formats}, formats) == []
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    # issue 38: gave any local user Prometheus's admin API
+    ("sglang_monitoring_retention", "15d --web.enable-admin-api --web.enable-lifecycle"),
+    # issue 38: passed promtool and made SGLangWatchdogRestarted unable to fire
+    ("sglang_monitoring_alert_watchdog_restart_window", "1h])) < 0 #"),
+    ("sglang_monitoring_scrape_interval", "15s\nscrape_configs: []"),
+    ("sglang_monitoring_alert_server_down_for", "1 m"),
+    ("sglang_monitoring_listen_address", "0.0.0.0:9090 --web.enable-admin-api"),
+    ("sglang_monitoring_listen_address", "localhost:9090"),
+    ("sglang_monitoring_alertmanager_listen_address", "127.0.0.1:99999"),
+    ("sglang_monitoring_node_exporter_listen_address", ":9100 --collector.disable-defaults"),
+    ("sglang_monitoring_node_exporter_port", 0),
+    ("sglang_monitoring_sglang_port", "30000; x"),
+    ("sglang_monitoring_package_dir", "relative/debs"),
+    ("sglang_monitoring_package_dir", "/srv/../etc"),
+    ("sglang_monitoring_alert_token_usage_threshold", "0.95 or vector(1)"),
+    ("sglang_monitoring_alert_token_usage_threshold", 1.5),
+    ("sglang_monitoring_alert_queue_min", 0),
+    ("sglang_monitoring_alert_accept_length_threshold", 0.5),
+])
+def test_a_value_without_its_format_is_refused_naming_the_variable(value_formats, name, value):
+    (error,) = value_formats.value_format_errors({name: value}, _declared()["value_formats"])
+    assert error.startswith(f"{name}: expected "), error
