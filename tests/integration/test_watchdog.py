@@ -1,12 +1,13 @@
 """The watchdog (issue 15 §3), journald retention and /metrics under load, on one converged node
 (conftest's converged_node) for the whole file; the tests run in file order.
 
-A steady load runs on the node for LOAD_SECONDS from the module fixture on (a background
-thread), so the read-only checks of the units, /metrics and the journal limit overlap it; the
-test that reads the load's result (the healthy loaded server was never restarted, the timer
-ticked throughout) comes after them. The drift repair, which stops the timer, and the second
-run come only after the load, so that no tick of the load's window is lost to them; the SIGUSR1
-hang (which must be restarted) comes last.
+A steady load runs on the node for LOAD_SECONDS from the first test that asks for it on (the
+module fixture `load`, a background thread), so the read-only checks of /metrics and the journal
+limit overlap it; the test that reads the load's result (the healthy loaded server was never
+restarted, the timer ticked throughout) comes after them. The drift repair, which stops the
+timer, the second run and the refusals of issue 38 §5 (a probe path the server does not serve,
+a lock no deploy writes) come only after the load, so that no tick of the load's window is lost
+to them; the SIGUSR1 hang (which must be restarted) comes last.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def _ssh(node, command):
     return node_state.ssh(node, command)
 
 
-def _site(node, **kwargs):
-    return run_playbook("site.yml", node.inventory, extravars=EXTRAVARS, **kwargs)
+def _site(node, extravars=None, **kwargs):
+    return run_playbook("site.yml", node.inventory, extravars={**EXTRAVARS, **(extravars or {})}, **kwargs)
 
 
 def _show(node, unit, prop):
@@ -103,13 +104,17 @@ def node(converged_node):
     first = run_playbook("site.yml", made.inventory, extravars=EXTRAVARS)
     assert first.rc == 0, node_state.failure_messages(first) or first.stdout[-6000:]
     pid, _ = node_state.wait_healthy(made, 60)
-    load = _Load(made)
+    return types.SimpleNamespace(node=made, inventory=made.inventory, name=made.name, pid=pid, first=first)
+
+
+@pytest.fixture(scope="module")
+def load(node):
     started = time.monotonic()
-    since = _ssh(made, "date '+%Y-%m-%d %H:%M:%S'").strip()
-    load.start()
-    yield types.SimpleNamespace(node=made, inventory=made.inventory, name=made.name, pid=pid, load=load,
-                                load_started=started, load_since=since, first=first)
-    load.join(timeout=LOAD_SECONDS + 60)
+    since = _ssh(node.node, "date '+%Y-%m-%d %H:%M:%S'").strip()
+    thread = _Load(node.node)
+    thread.start()
+    yield types.SimpleNamespace(thread=thread, started=started, since=since)
+    thread.join(timeout=LOAD_SECONDS + 60)
 
 
 def test_the_watchdog_runs_as_a_verified_hardened_timer(node):
@@ -142,7 +147,7 @@ def _metric(text, name):
     return values[0]
 
 
-def test_metrics_on_the_deployed_server_move_with_the_load(node):
+def test_metrics_on_the_deployed_server_move_with_the_load(node, load):
     """The canonical args turn metrics on; the served names are SGLang 0.5.9's (unit-tested list)."""
     n = node.node
     deadline = time.monotonic() + 60
@@ -181,17 +186,18 @@ def test_production_doc_lists_the_watchdog_settings_in_force(node):
     assert f"http://127.0.0.1:{PORT}/health_generate" in section
 
 
-def test_a_healthy_server_under_load_is_never_restarted(node):
+def test_a_healthy_server_under_load_is_never_restarted(node, load):
     n = node.node
-    node.load.join(timeout=max(0.0, LOAD_SECONDS - (time.monotonic() - node.load_started)) + 60)
-    assert node.load.result is not None, "the load did not finish"
-    assert node.load.result.returncode == 0, node.load.result.stderr
-    counts = json.loads(node.load.result.stdout.strip().splitlines()[-1])
+    load.thread.join(timeout=max(0.0, LOAD_SECONDS - (time.monotonic() - load.started)) + 60)
+    result = load.thread.result
+    assert result is not None, "the load did not finish"
+    assert result.returncode == 0, result.stderr
+    counts = json.loads(result.stdout.strip().splitlines()[-1])
     assert counts["failed"] == 0 and counts["ok"] >= LOAD_SECONDS // 2, counts
     assert node_state.main_pid(n) == node.pid, "the server was restarted during the load"
     state = _watchdog_state(n)
     assert state["restarts_total"] == 0, state
-    journal = _ssh(n, f"journalctl --no-pager -o cat -u {WATCHDOG}.service --since '{node.load_since}'")
+    journal = _ssh(n, f"journalctl --no-pager -o cat -u {WATCHDOG}.service --since '{load.since}'")
     # (a single slow probe on a starved CI machine may be logged; what must not happen is a restart)
     assert "restarting" not in journal and "restart queued" not in journal, journal[-3000:]
     ticks = journal.count("Finished")
@@ -231,6 +237,73 @@ def test_a_second_run_changes_nothing(node):
     assert node_state.host_changed(again, node.name) == 0, again.changed_tasks()
     assert _show(n, "systemd-journald.service", "MainPID") == journald, "journald restarted without a change"
     assert node_state.main_pid(n) == pid
+
+
+def _fingerprint(n):
+    """The watchdog's program and units (content) and its timer's state: what a refused run leaves."""
+    return (_ssh(n, f"sha256sum {node_state.WATCHDOG_PROGRAM} {' '.join(node_state.WATCHDOG_UNITS)}"),
+            _show(n, f"{WATCHDOG}.timer", "UnitFileState"), _show(n, f"{WATCHDOG}.timer", "ActiveState"))
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_a_probe_path_the_server_does_not_serve_is_refused_before_anything_changes(node, check):
+    # issue 38 §5: a typo answering 404 restarted healthy servers in a storm (threshold 2 here).
+    n = node.node
+    before = _fingerprint(n)
+    pid = node_state.main_pid(n)
+
+    refused = _site(node, extravars={"sglang_watchdog_probe_path": "/health_generat"}, check=check)
+
+    assert refused.rc != 0
+    messages = "\n".join(node_state.failure_messages(refused))
+    assert "sglang_watchdog_probe_path: expected a path the healthy server answers with 200" in messages, messages
+    assert f"http://127.0.0.1:{PORT}/health_generat answered 404" in messages, messages
+    assert _fingerprint(n) == before, "the refused run changed the watchdog"
+    assert node_state.main_pid(n) == pid
+
+
+@pytest.mark.parametrize(("variables", "wanted"), [
+    ({"sglang_watchdog_timeout": INTERVAL}, f"sglang_watchdog_timeout: expected fewer seconds than "
+                                            f"sglang_watchdog_interval ({INTERVAL}), got {INTERVAL}"),
+    ({"sglang_watchdog_lock_max_seconds": 600}, "sglang_watchdog_lock_max_seconds: expected at least"),
+], ids=["timeout-not-below-interval", "lock-max-below-a-deploy"])
+def test_watchdog_values_that_contradict_each_other_are_refused_in_check_mode(node, variables, wanted):
+    n = node.node
+    before = _fingerprint(n)
+
+    refused = _site(node, extravars=variables, check=True)
+
+    assert refused.rc != 0
+    messages = "\n".join(node_state.failure_messages(refused))
+    assert wanted in messages, messages
+    assert _fingerprint(n) == before
+
+
+def test_a_lock_no_deploy_writes_is_ignored_logged_and_exported(node):
+    # issue 38 §5: a numeric lock with a far-future expiry silenced the watchdog forever.
+    n = node.node
+    since = _ssh(n, "date '+%Y-%m-%d %H:%M:%S'").strip()
+    lock = TESTNODE_VARS.get("sglang_deploy_lock", "/run/sglang-deploy.lock")
+    prom = "/var/lib/prometheus/node-exporter/sglang_watchdog.prom"
+    _ssh(n, f"echo 9999999999 > {lock}")
+    try:
+        deadline = time.monotonic() + 3 * INTERVAL + 10
+        text = ""
+        while time.monotonic() < deadline and 'sglang_watchdog_lock_held_too_long{unit="sglang.service"} 1' not in text:
+            time.sleep(1)
+            text = _ssh(n, f"cat {prom}")
+        assert 'sglang_watchdog_lock_held_too_long{unit="sglang.service"} 1' in text, text
+        # it still probed (a held lock writes no probe result)
+        assert 'sglang_watchdog_health_ok{unit="sglang.service"} 1' in text, text
+        errors = _ssh(n, f"journalctl --no-pager -o cat -p err -u {WATCHDOG}.service --since '{since}'")
+        assert f"the deploy lock {lock} expires at 9999999999" in errors, errors
+    finally:
+        _ssh(n, f"rm -f {lock}")
+    deadline = time.monotonic() + 3 * INTERVAL + 10
+    while time.monotonic() < deadline and 'sglang_watchdog_lock_held_too_long{unit="sglang.service"} 0' not in text:
+        time.sleep(1)
+        text = _ssh(n, f"cat {prom}")
+    assert 'sglang_watchdog_lock_held_too_long{unit="sglang.service"} 0' in text, text
 
 
 def _journal_epoch_of(node, since, text):

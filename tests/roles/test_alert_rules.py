@@ -62,7 +62,7 @@ def test_rules_pass_promtool_check(tmp_path):
     done = subprocess.run([str(PROMTOOL), "check", "rules", str(tmp_path / "sglang.rules.yml")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 8 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout
 
 
 def test_every_rule_fires_when_it_should_and_stays_silent_otherwise(tmp_path):
@@ -84,7 +84,7 @@ def test_every_rule_states_its_reason():
     text = (ROLE / "templates" / "sglang.rules.yml.j2").read_text()
     blocks = re.split(r"\n(?=      # Reason:)", text)[1:]
     alerts = re.findall(r"^      - alert: (\w+)$", text, re.M)
-    assert len(blocks) == len(alerts) == 8
+    assert len(blocks) == len(alerts) == 9
     for block, alert in zip(blocks, alerts):
         assert f"- alert: {alert}" in block, f"{alert}: no '# Reason:' comment right above it"
 
