@@ -427,3 +427,17 @@ def test_the_gateways_credential_is_read_with_its_ca(wd, tmp_path):
     assert gateways[0].headers["Authorization"] == "Bearer k" and "Authorization" not in gateways[1].headers
     assert gateways[0].context.get_ca_certs()[0]["subject"] == ((("commonName", "test CA"),),)
     assert gateways[1].context is None
+
+
+def test_the_roles_value_formats_refuse_what_issue_38_found(project_module):
+    # A probe path with a query or no leading slash, a threshold of 0 (a restart on the first
+    # slow probe), a negative budget, a lock maximum of "forever": refused before anything changes.
+    formats_module = project_module("filter_plugins/value_formats.py")
+    formats = yaml.safe_load((PROGRAM.parent.parent / "meta" / "value_formats.yml").read_text())["value_formats"]
+    defaults = yaml.safe_load((PROGRAM.parent.parent / "defaults" / "main.yml").read_text())
+    assert formats_module.value_format_errors(defaults, formats) == []
+    bad = {"sglang_watchdog_probe_path": "health_generate", "sglang_watchdog_failure_threshold": 0,
+           "sglang_watchdog_restart_budget": -1, "sglang_watchdog_lock_max_seconds": 9999999999,
+           "sglang_watchdog_interval": "30s", "sglang_watchdog_textfile_dir": "/var/lib/../etc"}
+    errors = formats_module.value_format_errors(bad, formats)
+    assert [e.split(":", 1)[0] for e in errors] == list(bad), errors
