@@ -1,5 +1,6 @@
 """Filters of roles/sglang_gateway: the workers behind a gateway (their URLs, the inventories that
-would make them unreachable or ambiguous), and TLS checks on the controller.
+would make them unreachable or ambiguous), TLS checks on the controller, and the variables
+behind what sglang-router's own parser refused.
 
 Pure logic, unit-tested in tests/unit/test_sglang_gateway.py.
 """
@@ -7,6 +8,7 @@ Pure logic, unit-tested in tests/unit/test_sglang_gateway.py.
 import datetime
 import hashlib
 import ipaddress
+import json
 from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
@@ -156,6 +158,42 @@ def sglang_gateway_cert_fingerprint(cert_pem):
     return fingerprint(cert)
 
 
+# Options of the gateway's command line that come from other variables than sglang_gateway_args
+# (roles/sglang_gateway/vars/main.yml, __sglang_gateway_router_argv and the worker URLs).
+_OPTION_VARIABLES = {
+    "--host": "sglang_gateway_host",
+    "--port": "sglang_gateway_port",
+    "--tls-cert-path": "sglang_gateway_tls_cert",
+    "--tls-key-path": "sglang_gateway_tls_key",
+    "--worker-urls": "the worker URLs of sglang_nodes (sglang_worker_url, sglang_worker_host, sglang_worker_port)",
+}
+
+
+def sglang_gateway_parser_verdict(check_result, gateway_args, version):
+    """What roles/sglang_gateway makes of `sglang-gateway-launch --check`'s JSON line (check_result):
+    {"pending": true} when the host has no sglang-router `version` yet to ask (a first deploy, an
+    upgrade before pip ran), else {"pending": false, "errors": [message naming the variable]}."""
+    try:
+        answer = json.loads(check_result) if isinstance(check_result, str) else check_result
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or answer.get("version") != version:
+        return {"pending": True, "errors": []}
+    error = answer.get("error")
+    if not error:
+        return {"pending": False, "errors": []}
+    option = answer.get("option")
+    field = option[2:].replace("-", "_") if option else None
+    if option in _OPTION_VARIABLES:
+        variable = _OPTION_VARIABLES[option]
+    elif field and isinstance(gateway_args, dict) and field in gateway_args:
+        variable = f"sglang_gateway_args.{field}"
+    else:
+        # a value the Rust side could not take (no option named): any of the values the role renders
+        variable = "sglang_gateway_args, sglang_gateway_host or sglang_gateway_port"
+    return {"pending": False, "errors": [f"{variable}: sglang-router {version} refused the gateway's command line: {error}"]}
+
+
 class FilterModule:
     """sglang_gateway's filters."""
 
@@ -165,4 +203,5 @@ class FilterModule:
             "sglang_gateway_worker_errors": sglang_gateway_worker_errors,
             "sglang_gateway_tls_errors": sglang_gateway_tls_errors,
             "sglang_gateway_cert_fingerprint": sglang_gateway_cert_fingerprint,
+            "sglang_gateway_parser_verdict": sglang_gateway_parser_verdict,
         }

@@ -6,6 +6,7 @@ after this file on the same worker: every test here reads or changes it, and put
 changed.
 """
 
+import base64
 import errno
 import json
 import re
@@ -27,6 +28,8 @@ TEST_GATEWAY_ARGS = yaml.safe_load(
     (REPO / "inventory/testnode/group_vars/sglang_gateways.yml").read_text())["sglang_gateway_args"]
 SERVICE = "sglang-gateway.service"
 UNIT = f"/etc/systemd/system/{SERVICE}"
+CREDENTIAL = "/etc/sglang-gateway/api_key"
+LAST_GOOD = "/etc/sglang-gateway/last-good"
 
 
 def _request(fleet, path, body=None, key=None, method=None):
@@ -161,17 +164,21 @@ def test_the_api_key_is_in_no_world_readable_place(gateway_fleet):
     host = gateway.testinfra_host()
     unit = host.file(UNIT)
     assert unit.mode == 0o644 and key not in unit.content_string
-    assert "--api-key ${SGLANG_GATEWAY_API_KEY}" in unit.content_string
-    secrets = host.file("/etc/sglang-gateway/sglang-gateway.secrets.env")
-    assert (secrets.user, secrets.mode) == ("root", 0o600)
+    # The key reaches the router as a systemd credential, read by the launcher in its own process.
+    assert "--api-key" not in unit.content_string and "SGLANG_GATEWAY_API_KEY" not in unit.content_string
+    assert f"LoadCredential=api_key:{CREDENTIAL}" in unit.content_string
+    credential = host.file(CREDENTIAL)
+    assert (credential.user, credential.group, credential.mode) == ("root", "root", 0o600)
+    assert not host.file("/etc/sglang-gateway/sglang-gateway.secrets.env").exists
+    last_good = host.file(LAST_GOOD)
+    assert (last_good.user, last_good.mode) == ("root", 0o700)
     tls_key = host.file("/etc/sglang-gateway/tls.key")
     assert (tls_key.user, tls_key.group, tls_key.mode) == ("sglang-gateway", "sglang-gateway", 0o600)
     # The journal of the whole host (the gateway's log, systemd's messages, Ansible's module runs).
     journal = gateway.ssh("journalctl --no-pager -o cat").stdout
     assert journal and key not in journal
-    # sglang-router 0.3.2 gets the key on its command line. launch_router renames its process
-    # (setproctitle "sglang::router"), which overwrites argv once Python has started; until then the
-    # key is in /proc/PID/cmdline, and the environment holds it: other users must not see the process.
+    # Defence in depth (test_the_api_key_is_in_no_command_line_across_a_restart shows the key is in
+    # no process's argv or environment): other users do not see the gateway's processes at all.
     pid = gateway.ssh(f"systemctl show -P MainPID {SERVICE}").stdout.strip()
     as_root = gateway.ssh("ps -eo user:32,args").stdout
     assert re.search(r"^sglang-gateway\s+sglang::router", as_root, re.M), as_root
@@ -215,7 +222,7 @@ def test_drift_of_the_gateway_is_reported_and_repaired_by_one_run(gateway_fleet,
     gateway = gateway_fleet.gateway
     # By hand: an edited unit, and a node removed through the gateway's worker API.
     gateway.ssh(f"sed -i 's/^RestartSec=.*/RestartSec=30/' {UNIT} && systemctl daemon-reload", check=True)
-    # /proc remounted without hidepid: other users could read the gateway's argv (its API key)
+    # /proc remounted without hidepid: other users could see the gateway's processes and argv
     gateway.ssh("mount -o remount,hidepid=0 /proc", check=True)
     assert "hidepid=invisible" not in gateway.ssh("findmnt -n -o OPTIONS /proc").stdout
     victim = next(w for w in _workers(gateway_fleet) if w["url"] == _node_urls(gateway_fleet)[0])
@@ -286,7 +293,99 @@ def test_allow_insecure_warns_on_every_run(gateway_fleet):
     assert any(m.startswith("WARNING: sglang_gateway_allow_insecure is true") for m in result.messages())
     # --check wrote nothing: the gateway still starts with its API key (a play-level check_mode
     # of false once made this dry run rewrite the unit without it)
-    assert "--api-key ${SGLANG_GATEWAY_API_KEY}" in gateway_fleet.gateway.ssh(f"cat {UNIT}", check=True).stdout
+    assert f"LoadCredential=api_key:{CREDENTIAL}" in gateway_fleet.gateway.ssh(f"cat {UNIT}", check=True).stdout
+
+
+def test_gateway_args_are_judged_by_sglang_routers_own_parser_before_any_change(gateway_fleet):
+    """An option value sglang-router refuses stops the run in play 0, naming the variable, in the router's words."""
+    bad = {**TEST_GATEWAY_ARGS, "policy": "fastest"}
+    for check in (False, True):
+        result = run_playbook("site.yml", gateway_fleet.inventory, check=check, extravars={"sglang_gateway_args": bad})
+        failures = _refused_before_any_change(result, "sglang_gateway_args.policy")
+        assert "invalid choice: 'fastest'" in failures and "round_robin" in failures, failures
+    assert "--policy round_robin" in gateway_fleet.gateway.ssh(f"cat {UNIT}", check=True).stdout
+
+
+def _gateway_curl(gateway, port, path, key=None):
+    """HTTP status of a request to the gateway from its own host (loopback: whatever the firewall admits)."""
+    header = f"-H 'Authorization: Bearer {key}'" if key else ""
+    done = gateway.ssh(f"curl -sk -o /dev/null -w '%{{http_code}}' {header} https://127.0.0.1:{port}{path}")
+    return done.stdout.strip()
+
+
+def test_a_port_below_1024_binds_with_that_capability_alone(gateway_fleet):
+    gateway = gateway_fleet.gateway
+    try:
+        moved = gateway_fleet.converge(tags=["sglang_gateway"], extravars={"sglang_gateway_port": 443})
+        assert moved.rc == 0, moved.failure_messages() or moved.stdout[-4000:]
+        assert re.search(r"127\.0\.0\.1:443\b|0\.0\.0\.0:443\b", gateway.ssh("ss -ltnH 'sport = :443'").stdout)
+        assert _gateway_curl(gateway, 443, "/workers", gateway_fleet.api_key) == "200"
+        assert _gateway_curl(gateway, 443, "/workers") == "401"
+        for setting in ("CapabilityBoundingSet", "AmbientCapabilities"):
+            assert gateway.ssh(f"systemctl show -P {setting} {SERVICE}").stdout.strip() == "cap_net_bind_service"
+        report = gateway.ssh(f"systemd-analyze security --no-pager {SERVICE}").stdout
+        score = float(re.search(rf"Overall exposure level for {re.escape(SERVICE)}: ([0-9.]+)", report).group(1))
+        print(f"systemd-analyze security {SERVICE} on port 443: {score}")
+        assert score <= 3.0, report
+    finally:
+        back = gateway_fleet.converge(tags=["sglang_gateway"])
+    assert back.rc == 0, back.failure_messages() or back.stdout[-4000:]
+    assert gateway.ssh(f"systemctl show -P CapabilityBoundingSet {SERVICE}").stdout.strip() == ""
+    assert _generate(gateway_fleet, gateway_fleet.api_key)[0] == 200
+
+
+def test_a_failed_start_rolls_back_to_the_last_good_configuration(gateway_fleet):
+    """A port sshd holds: sglang-router cannot bind it, the old configuration comes back and serves,
+    and the run fails naming the router's words."""
+    gateway = gateway_fleet.gateway
+    before = gateway.ssh(f"cat {UNIT}", check=True).stdout
+    failed = gateway_fleet.converge(tags=["sglang_gateway"], extravars={"sglang_gateway_port": 22})
+    assert failed.rc != 0
+    report = " ".join(failed.failure_messages())
+    assert "Rolled back to the last good configuration" in report and "Address already in use" in report, report
+    assert gateway.ssh(f"cat {UNIT}", check=True).stdout == before
+    assert gateway.ssh(f"systemctl is-active {SERVICE}").stdout.strip() == "active"
+    assert _generate(gateway_fleet, gateway_fleet.api_key)[0] == 200
+    _wait(lambda: sorted(w["url"] for w in _workers(gateway_fleet)) == _node_urls(gateway_fleet), 30,
+          "every node a worker again")
+    # What was restored is exactly what the inventory asks for.
+    again = gateway_fleet.converge(tags=["sglang_gateway"])
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks() or again.failure_messages()
+
+
+# What a local user, and root, can read of every process on the gateway host, polled in a loop:
+# systemd's GetUnitProcesses (read by PID 1 as root: hidepid does not hide it), systemctl status,
+# and /proc/*/cmdline and environ.
+_POLL_PROCESSES = f"""
+end=$((SECONDS+{{seconds}})); polls=0
+while [ $SECONDS -lt $end ]; do
+  busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager GetUnitProcesses s {SERVICE}
+  systemctl status --no-pager --full --lines=0 {SERVICE}
+  cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ | tr '\\0' ' '
+  polls=$((polls+1))
+done 2>&1
+echo "polls=$polls"
+"""
+
+
+def test_the_api_key_is_in_no_command_line_or_environment_across_a_restart(gateway_fleet):
+    gateway, key = gateway_fleet.gateway, gateway_fleet.api_key
+    gateway.ssh("id probe >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh probe", check=True)
+    script = base64.b64encode(_POLL_PROCESSES.format(seconds=10).encode()).decode()
+    gateway.ssh(f"echo {script} | base64 -d > /tmp/poll-processes.sh && chmod 0755 /tmp/poll-processes.sh", check=True)
+    polled = gateway.ssh(
+        "su -s /bin/bash probe -c 'bash /tmp/poll-processes.sh' > /tmp/as-user.out 2>&1 &"
+        " bash /tmp/poll-processes.sh > /tmp/as-root.out 2>&1 &"
+        f" sleep 2; systemctl restart {SERVICE}; wait; cat /tmp/as-user.out; echo '=== root'; cat /tmp/as-root.out",
+        check=True).stdout
+    as_user, as_root = polled.split("=== root", 1)
+    for seen in (as_user, as_root):
+        assert int(re.search(r"polls=(\d+)", seen).group(1)) > 20, seen[-2000:]
+        # the polls saw the gateway starting: its launcher's command line, before setproctitle renamed it
+        assert "sglang-gateway-launch --host" in seen, seen[-2000:]
+        assert key not in seen
+    assert _generate(gateway_fleet, key)[0] == 200
+    assert _generate(gateway_fleet, None)[0] == 401
 
 
 def test_production_doc_names_the_gateway_and_its_certificate_never_a_key(gateway_fleet):

@@ -188,3 +188,138 @@ def test_harness_routes_peers_through_the_host():
     text = _testnode_util().render_network_file("10.213.0.2", 30, "10.213.0.0/16", "10.213.0.1")
     assert "[Route]\nDestination=10.213.0.0/16\nGateway=10.213.0.1\n" in text
     assert "[Route]" not in _testnode_util().render_network_file("10.213.0.2", 30)
+
+
+# The launcher the gateway's unit runs (roles/sglang_gateway/files/sglang-gateway-launch), with the
+# real sglang-router 0.3.2 of the wheelhouse: its --check is what the role asks before it writes
+# anything, and its start hands the API key to the router in its own process.
+LAUNCHER = REPO / "roles/sglang_gateway/files/sglang-gateway-launch"
+ROUTER_VERSION = "0.3.2"
+
+
+@pytest.fixture(scope="module")
+def router_python(tmp_path_factory):
+    """Python of a venv with sglang-router and its closure from the wheelhouse (as the test gateway has them)."""
+    from parser_venv import WHEELHOUSE, _base_python, ensure_wheelhouse  # pylint: disable=import-outside-toplevel
+
+    ensure_wheelhouse()
+    venv = tmp_path_factory.mktemp("router-venv")
+    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                    "--find-links", str(WHEELHOUSE), "-r", str(WHEELHOUSE / "gateway-requirements.txt")], check=True)
+    return str(venv / "bin/python")
+
+
+def _check(python, *argv):
+    done = subprocess.run([python, "-", "--check", *argv], input=LAUNCHER.read_text(), capture_output=True,
+                          text=True, check=True)
+    return done.stdout
+
+
+def test_the_launchers_check_returns_the_routers_own_refusal_and_the_filter_names_the_variable(gateway, router_python):
+    args = {"policy": "fastest", "retry_max_retries": 5}
+    answer = _check(router_python, "--host", "0.0.0.0", "--port", "8443", "--policy", "fastest",
+                    "--retry-max-retries", "5", "--worker-urls", "http://10.0.0.1:30000")
+    verdict = gateway.sglang_gateway_parser_verdict(answer, args, ROUTER_VERSION)
+    assert verdict["pending"] is False
+    (error,) = verdict["errors"]
+    assert error.startswith("sglang_gateway_args.policy: sglang-router 0.3.2 refused"), error
+    assert "invalid choice: 'fastest'" in error and "round_robin" in error, error
+
+
+@pytest.mark.parametrize("argv, variable", [
+    (["--port", "99999"], "sglang_gateway_args, sglang_gateway_host or sglang_gateway_port"),  # the Rust side's u16
+    (["--port", "8443", "--retry-max-retries", "many"], "sglang_gateway_args.retry_max_retries"),
+    (["--port", "8443", "--no-such-option", "1"], "sglang_gateway_args.no_such_option"),
+])
+def test_each_refusal_names_its_variable(gateway, router_python, argv, variable):
+    args = {"retry_max_retries": "many", "no_such_option": 1}
+    verdict = gateway.sglang_gateway_parser_verdict(_check(router_python, *argv), args, ROUTER_VERSION)
+    assert [e.split(": sglang-router", 1)[0] for e in verdict["errors"]] == [variable], verdict
+
+
+def test_accepted_arguments_have_no_errors(gateway, router_python):
+    defaults = yaml.safe_load((REPO / "roles/sglang_gateway/defaults/main.yml").read_text())
+    argv = gateway_argv(defaults["sglang_gateway_args"])
+    verdict = gateway.sglang_gateway_parser_verdict(_check(router_python, "--port", "8443", *argv),
+                                                    defaults["sglang_gateway_args"], ROUTER_VERSION)
+    assert verdict == {"pending": False, "errors": []}
+
+
+def gateway_argv(args):
+    return [word for key, value in args.items() for word in (f"--{key.replace('_', '-')}", str(value))]
+
+
+@pytest.mark.parametrize("answer", [
+    "",  # no interpreter yet: the command did not run
+    '{"version": null, "error": "sglang-router is not importable", "option": null}',
+    '{"version": "0.3.1", "error": null, "option": null}',  # an older release, before pip upgrades it
+])
+def test_no_answer_of_the_wanted_release_is_pending(gateway, answer):
+    assert gateway.sglang_gateway_parser_verdict(answer, {}, ROUTER_VERSION) == {"pending": True, "errors": []}
+
+
+def test_the_check_answers_without_sglang_router(tmp_path):
+    done = subprocess.run(["python3", "-", "--check", "--port", "8443"], input=LAUNCHER.read_text(),
+                          capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert '"version": null' in done.stdout
+
+
+def _free_port():
+    import socket  # pylint: disable=import-outside-toplevel
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _status(url, key=None):
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 (loopback)
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_launcher_starts_the_router_with_the_credentials_key_in_no_argv_or_environment(router_python, tmp_path):
+    import time  # pylint: disable=import-outside-toplevel
+
+    key = "sk-unit-test-key-0123456789"
+    (tmp_path / "api_key").write_text(key + "\n")
+    port = _free_port()
+    environment = {"PATH": "/usr/bin:/bin", "CREDENTIALS_DIRECTORY": str(tmp_path), "NO_COLOR": "1"}
+    router = subprocess.Popen(  # pylint: disable=consider-using-with
+        [router_python, str(LAUNCHER), "--host", "127.0.0.1", "--port", str(port), "--prometheus-port",
+         str(_free_port()), "--worker-urls"], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        seen = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen.append(Path(f"/proc/{router.pid}/cmdline").read_bytes() + Path(f"/proc/{router.pid}/environ").read_bytes())
+            try:
+                if _status(f"http://127.0.0.1:{port}/liveness") == 200:
+                    break
+            except OSError:
+                time.sleep(0.05)
+        assert _status(f"http://127.0.0.1:{port}/workers") == 401
+        assert _status(f"http://127.0.0.1:{port}/workers", key) == 200
+        assert any(b"sglang-gateway-launch" in s for s in seen)  # polled before setproctitle too
+        assert not any(key.encode() in s for s in seen)
+    finally:
+        router.terminate()
+        router.wait(timeout=30)
+
+
+def test_the_launcher_refuses_a_key_on_the_command_line_and_an_empty_credential(router_python, tmp_path):
+    (tmp_path / "api_key").write_text("\n")
+    for argv, environment, words in [
+        (["--api-key", "sk-x"], {}, "--api-key on the command line"),
+        ([], {"CREDENTIALS_DIRECTORY": str(tmp_path)}, "is empty"),
+    ]:
+        done = subprocess.run([router_python, str(LAUNCHER), "--port", "1", *argv], env={"PATH": "/usr/bin:/bin", **environment},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode != 0 and words in done.stderr, done.stderr
