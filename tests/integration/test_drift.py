@@ -200,6 +200,7 @@ def test_check_mode_on_a_fresh_node_says_what_would_be_installed_without_failing
     assert "check mode: pip would install sglang==" in said, said
     # the gateway and the monitor say what they would install, too
     assert "check mode: pip would install sglang-router==" in said, said
+    assert "its parser checks sglang_gateway_args, sglang_gateway_host and sglang_gateway_port after the install" in said, said
     assert "check mode: apt-get would install prometheus from " in said, said
     assert "the stack is verified after that install" in said, said
     # the unit it would write is shown as a diff (a new file's diff names the rendered template), and
