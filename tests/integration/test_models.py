@@ -6,6 +6,7 @@ whenever a run is refused. The synthetic models are written with the safetensors
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import sys
@@ -226,3 +227,83 @@ def test_not_enough_disk_is_refused_with_needed_and_available(models, first_run)
     finally:
         models.node.ssh(f"umount {small}")
     shutil.rmtree(models.tmp / "sources" / "other", ignore_errors=True)
+
+
+def _grep_node(node, text):
+    """Where ``text`` is written on the node: files under the model folders, /root (production_v2.md),
+    /etc and /var/log, and the journal (modules log their arguments there as they start)."""
+    return node.ssh(f"grep -rlF -- '{text}' /var/lib/models /root /etc /var/log 2>/dev/null; "
+                    f"journalctl --no-pager -o cat | grep -cF -- '{text}'").stdout.split()
+
+
+def test_a_file_not_in_the_manifest_is_reported_by_drift_and_removed_by_a_run(models, first_run):
+    assert first_run.rc == 0
+    pid, before = node_state.main_pid(models.node), _files(models.node, TARGET)
+    stray = f"{TARGET}/model-00003-of-00002.safetensors"  # SGLang would load it as weights
+    node_state.ssh(models.node, f"head -c 4096 /dev/urandom > {stray}")
+    drift = models.run("playbooks/drift.yml")  # a routine scan notices it: one listing of the folder
+    assert drift.rc != 0 and f"{stray}: not in the manifest" in drift.stdout, drift.stdout[-3000:]
+
+    mirrored = len(models.mirror.requests())
+    repair = models.run()
+    assert repair.rc == 0, node_state.failure_messages(repair)
+    after = _files(models.node, TARGET)
+    assert sorted(after) == sorted(before)  # the stray file is gone, swapped out with the old folder
+    assert all(after[p][1] == before[p][1] for p in before if p != ".sglang-model.json")  # same inodes: linked
+    assert models.mirror.requests()[mirrored:] == []
+    assert node_state.main_pid(models.node) == pid and node_state.health_code(models.node) == "200"
+    assert models.run("playbooks/drift.yml", sglang_models_verify="full").rc == 0
+
+
+def test_a_link_out_of_a_dir_source_is_refused_and_nothing_is_copied(models, first_run):
+    assert first_run.rc == 0
+    # A source folder someone else can write to, one of its files a link to /etc/shadow, and a
+    # manifest made from that folder (scripts/model-manifest follows links): pinned, yet refused.
+    source = "/srv/model-source"
+    node_state.ssh(models.node, f"rm -rf {source} && cp -r {TARGET} {source} && rm {source}/.sglang-model.json "
+                                f"&& rm {source}/tokenizer.json && ln -s /etc/shadow {source}/tokenizer.json "
+                                f"&& rm {TARGET}/tokenizer.json")
+    shadow = node_state.ssh(models.node, "stat -c %s /etc/shadow; sha256sum /etc/shadow").split()
+    manifest = [dict(e, size=int(shadow[0]), sha256=shadow[1]) if e["path"] == "tokenizer.json" else e
+                for e in models.manifests["target"]]
+    before = _files(models.node, TARGET)
+    result = models.run(sglang_models_target_source={"type": "dir", "path": source},
+                        sglang_models_target_manifest=manifest)
+    models.refused_untouched(result, f"sglang_models_target_source: {source}/tokenizer.json in the dir source "
+                                     f"{source} is a symbolic link to /etc/shadow, which leads to /etc/shadow "
+                                     "outside the source folder")
+    assert _files(models.node, TARGET) == before
+    assert models.node.ssh("ls -A /var/lib/models").stdout.split() == ["draft", "target"]  # no staging folder
+    node_state.ssh(models.node, f"rm -rf {source}")
+    assert models.run().rc == 0  # the tokenizer back from the mirror
+
+
+def test_a_credential_of_a_source_url_is_never_written_on_the_node(models, first_run):
+    assert first_run.rc == 0
+    token = "mirror_integration_token_not_a_secret"
+    pid = node_state.main_pid(models.node)
+    guarded = MirrorProcess(models.tmp / "sources", models.tmp / "guarded.log", bind=models.node.host_ip,
+                            options=("--basic-auth", "reader:" + token))
+    try:
+        in_url = {"type": "http", "url": guarded.url.replace("http://", f"http://reader:{token}@") + "/good/target"}
+        result = models.run(sglang_models_target_source=in_url)
+        models.refused_untouched(result, "sglang_models_target_source.url holds a credential",
+                                 "sglang_models_target_http_headers")
+        assert token not in result.stdout and guarded.requests() == []
+
+        node_state.ssh(models.node, f"rm {TARGET}/{SHARD}")
+        encoded = base64.b64encode(("reader:" + token).encode()).decode()
+        fetched = models.run(sglang_models_target_source={"type": "http", "url": guarded.url + "/good/target"},
+                             sglang_models_target_http_headers={"Authorization": "Basic " + encoded})
+        assert fetched.rc == 0, node_state.failure_messages(fetched)
+        requests = guarded.requests()
+        assert ("good/target/" + SHARD) in [r["path"] for r in requests] and all(r["auth"] for r in requests)
+    finally:
+        guarded.stop()
+    assert _files(models.node, TARGET)[SHARD][2] == next(
+        e["sha256"] for e in models.manifests["target"] if e["path"] == SHARD)
+    assert guarded.url + "/good/target" in node_state.ssh(models.node, f"cat {node_state.DOC}")
+    for text in (token, encoded):
+        assert text not in fetched.stdout
+        assert _grep_node(models.node, text) == ["0"], text  # no file, no journal line
+    assert node_state.main_pid(models.node) == pid
