@@ -24,11 +24,12 @@ description:
     is resumed from its partial file by the next run.
   - Refuses before fetching anything when the filesystem lacks the space the files still need.
   - Anything else in the folder (a file, link or folder not in O(manifest)) is reported on every
-    run (a listing of the folder, no hashing) and removed by the same rebuild and swap: SGLang loads
-    whatever weights the folder holds.
+    run (a listing of the folder, no hashing) and removed by the same rebuild and swap, because
+    SGLang loads whatever weights the folder holds.
   - A O(source.type=dir) gives only files inside its folder; a symbolic link that leads out of it
-    is refused before anything is fetched. A source URL holding a credential (user:password@) or a
-    query is refused: the URL is recorded in the folder; credentials go in O(http_headers) or O(hf_token).
+    is refused before anything is fetched. A source URL holding a credential (user and password
+    before the host) or a query is refused, since the URL is recorded in the folder; credentials
+    go in O(http_headers) or O(hf_token).
   - Files are owned by root, mode 0644, folders 0755; readable by the service user, writable by root only.
   - Without O(manifest) and with O(source.type=none) it only reads the folder (an unmanaged model).
   - In check mode reports what would be fetched and reads config.json (and the tensors asked for)
