@@ -18,8 +18,12 @@ __metaclass__ = type  # pylint: disable=invalid-name
 import os
 import stat
 
-from ansible.module_utils.six.moves.urllib.parse import quote, urlsplit
+from ansible.module_utils.six.moves.urllib.error import HTTPError
+from ansible.module_utils.six.moves.urllib.parse import quote, urljoin, urlsplit
 from ansible.module_utils.urls import open_url
+
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+MAX_REDIRECTS = 10
 
 
 class SourceError(Exception):
@@ -61,6 +65,14 @@ def source_problems(spec, label, headers_var, token_var):
     if spec.get("type") == "hf" and spec.get("endpoint"):
         return url_problems(str(spec["endpoint"]), label + ".endpoint", token_var)
     return []
+
+
+def same_origin(url, other):
+    """Whether two URLs have the same scheme, host and port (where a credential may follow a redirect)."""
+    def origin(text):
+        parts = urlsplit(text)
+        return parts.scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return origin(url) == origin(other)
 
 
 def inside(root, resolved):
@@ -154,14 +166,28 @@ class HttpSource:
         return "%s/%s" % (self.base, quote(path))
 
     def _get(self, path, first, last=None):
-        headers = dict(self.headers)
+        """The response for ``path``, redirects followed here rather than by urllib, which would
+        send the credential headers to whatever host a redirect names (an object store, a CDN):
+        they follow a redirect only to the same scheme, host and port."""
+        headers = {}
         if first or last is not None:
             headers["Range"] = "bytes=%d-%s" % (first, "" if last is None else last)
-        try:
-            return open_url(self.url(path), headers=headers, validate_certs=self.validate_certs,
-                            timeout=self.timeout, follow_redirects="safe")
-        except Exception as exc:  # pylint: disable=broad-except  # urllib, socket and ssl errors alike
-            raise SourceError("cannot fetch %s: %s" % (self.url(path), exc))
+        url, credentials = self.url(path), dict(self.headers)
+        for _hop in range(MAX_REDIRECTS + 1):
+            try:
+                return open_url(url, headers=dict(headers, **credentials), validate_certs=self.validate_certs,
+                                timeout=self.timeout, follow_redirects="none")
+            except HTTPError as exc:
+                location = exc.headers.get("Location") if exc.code in REDIRECT_CODES and exc.headers else None
+                if not location:
+                    raise SourceError("cannot fetch %s: %s" % (self.url(path), exc))
+                target = urljoin(url, location)
+                if not same_origin(url, target):
+                    credentials = {}
+                url = target
+            except Exception as exc:  # pylint: disable=broad-except  # urllib, socket and ssl errors alike
+                raise SourceError("cannot fetch %s: %s" % (self.url(path), exc))
+        raise SourceError("cannot fetch %s: more than %d redirects" % (self.url(path), MAX_REDIRECTS))
 
     def open(self, path, offset=0):
         """(response positioned at ``offset``, offset it really starts at): a server that ignores

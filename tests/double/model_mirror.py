@@ -2,6 +2,7 @@
 """TEST DOUBLE of an HTTP(S) model mirror: plain files of a folder, with byte ranges.
 
     model_mirror.py ROOT --bind ADDRESS --port PORT [--log FILE] [--cut PATH:BYTES] [--basic-auth USER:PASSWORD]
+                    [--redirect BASE-URL]
 
 GET/HEAD /PATH answers ROOT/PATH; a ``Range: bytes=FIRST-[LAST]`` request gets 206 and that
 slice (what a resumed fetch asks for). Each request is appended to --log as a JSON line
@@ -10,7 +11,9 @@ slice (what a resumed fetch asks for). Each request is appended to --log as a JS
 the connection after BYTES bytes: a fetch interrupted mid-file. It prints "listening on PORT"
 once it accepts connections (--port 0 picks a free port). ``--basic-auth USER:PASSWORD``: a
 mirror that asks for credentials, answering 401 to a request without that Authorization header
-(the log's "auth" says whether the right one came).
+(the log's "auth" says whether the right one came, "authorization" whether any came).
+``--redirect BASE-URL``: answer each (authorized) request with a 302 to BASE-URL/PATH, as a
+mirror in front of an object store does.
 """
 
 import argparse
@@ -30,11 +33,12 @@ class Mirror(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, root, log, cuts, basic_auth=None):
+    def __init__(self, address, root, log, cuts, basic_auth=None, redirect=None):
         super().__init__(address, Handler)
         self.root = os.path.realpath(root)
         self.log_path = log
         self.cuts = cuts
+        self.redirect = redirect
         self.authorization = "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth else None
         self.lock = threading.Lock()
 
@@ -61,12 +65,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         full = os.path.realpath(os.path.join(self.server.root, path))
         requested = self.headers.get("Range")
         entry = {"method": self.command, "path": path, "range": requested,
-                 "auth": self.headers.get("Authorization") == self.server.authorization}
+                 "auth": self.headers.get("Authorization") == self.server.authorization,
+                 "authorization": "Authorization" in self.headers}
         if self.server.authorization and not entry["auth"]:
             entry["status"] = 401
             self.server.record(entry)
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="models"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.server.redirect:
+            entry["status"] = 302
+            self.server.record(entry)
+            self.send_response(302)
+            self.send_header("Location", "%s/%s" % (self.server.redirect.rstrip("/"), path))
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -130,9 +143,10 @@ def main():
     parser.add_argument("--log")
     parser.add_argument("--cut", action="append", default=[], help="PATH:BYTES")
     parser.add_argument("--basic-auth", help="USER:PASSWORD a request must carry (401 otherwise)")
+    parser.add_argument("--redirect", help="BASE-URL each request is redirected to (302)")
     args = parser.parse_args()
     cuts = dict((spec.rsplit(":", 1)[0], int(spec.rsplit(":", 1)[1])) for spec in args.cut)
-    server = Mirror((args.bind, args.port), args.root, args.log, cuts, args.basic_auth)
+    server = Mirror((args.bind, args.port), args.root, args.log, cuts, args.basic_auth, args.redirect)
     print("listening on %d" % server.server_address[1], flush=True)
     try:
         server.serve_forever()

@@ -403,3 +403,21 @@ def test_a_credential_in_the_url_is_refused_and_headers_carry_it_instead(run_mod
     recorded = (dest / ".sglang-model.json").read_text()
     assert json.loads(recorded)["source"] == {"type": "http", "url": guarded.url + "/target"}
     assert token not in recorded and header["Authorization"].split()[1] not in recorded
+
+
+def test_the_credential_headers_do_not_follow_a_redirect_to_another_host(run_model, models, tmp_path):
+    token = "mirror-token-not-a-secret"
+    store = MirrorProcess(models[0], tmp_path / "store.log")  # another port: another origin
+    front = MirrorProcess(models[0], tmp_path / "front.log",
+                          options=("--basic-auth", "reader:" + token, "--redirect", store.url))
+    try:
+        header = {"Authorization": "Basic " + base64.b64encode(("reader:" + token).encode()).decode()}
+        placed = run_model(path=str(tmp_path / "target"), source={"type": "http", "url": front.url + "/target"},
+                           manifest=models[1]["target"], http_headers=header)
+        fronted, stored = front.requests(), store.requests()
+    finally:
+        front.stop()
+        store.stop()
+    assert placed["state"] == "placed"
+    assert fronted and all(r["auth"] and r["status"] == 302 for r in fronted)
+    assert stored and not any(r["authorization"] for r in stored)  # urllib alone sent it along

@@ -194,6 +194,14 @@ def test_the_controller_filter_applies_the_same_rule_to_every_model(project_modu
     assert [p.split(" ")[0] for p in found] == ["sglang_models_target_source.url", "sglang_models_draft_source.url:"]
 
 
+def test_credentials_follow_a_redirect_only_to_the_same_scheme_host_and_port(sources):
+    assert sources.same_origin("https://mirror.internal/models/a", "https://mirror.internal:443/blobs/b")
+    assert sources.same_origin("http://10.0.0.5:8080/a", "http://10.0.0.5:8080/b")
+    assert not sources.same_origin("https://mirror.internal/a", "https://store.internal/a")
+    assert not sources.same_origin("https://mirror.internal/a", "http://mirror.internal/a")  # a downgrade
+    assert not sources.same_origin("http://10.0.0.5:8080/a", "http://10.0.0.5:8081/a")
+
+
 def test_links_inside_a_dir_source_are_followed_and_links_out_of_it_are_named(sources, tmp_path):
     root = tmp_path / "source"
     (root / "blobs").mkdir(parents=True)
