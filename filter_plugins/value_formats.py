@@ -106,6 +106,13 @@ def _http_url(text):
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+def _pip_index_url(text):
+    """pip reads an index or a find-links folder over http(s) or from a local folder as a file: URL."""
+    if text.startswith("file://"):
+        return _absolute_path(text[len("file://"):])
+    return _http_url(text)
+
+
 def _regex(text):
     try:
         re.compile(text)
@@ -151,6 +158,7 @@ _STRING_FORMATS = {
     "absolute_path": ("an absolute path of letters, digits and ._+@%=:,/- without a '..' component", _absolute_path),
     "path": ("a path of letters, digits and ._+@%=:,/- without a '..' component", _path),
     "http_url": ("an http:// or https:// URL with a host and no spaces or quotes", _http_url),
+    "pip_index_url": ("an http:// or https:// URL with a host, or file:// and an absolute path", _pip_index_url),
     "version": ("a version (a digit, then letters, digits or .+!_-, e.g. 0.5.9 or 595.58.03)",
                 _matches(r"^[0-9][0-9A-Za-z.+!_-]*$")),
     "regex": ("a regular expression that compiles", _regex),

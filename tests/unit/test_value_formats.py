@@ -54,6 +54,8 @@ CASES = {
     "path": (["inventory/production", "/opt/x", "org/model-7B"], ["../x", "a/../b", "a b", "", "a;b"]),
     "http_url": (["https://pypi.example/simple", "http://10.0.0.5:8080/x", "http://[::1]:8443"],
                  ["ftp://x", "https://", "https://x y", "https://x:99999", "file:///etc/passwd", "", "https://x'\""]),
+    "pip_index_url": (["https://pypi.example/simple", "file:///srv/wheelhouse/simple"],
+                      ["file://srv/x", "file:///srv/../etc", "ftp://x/simple", "--index-url=http://x", ""]),
     "version": (["0.5.9", "595.58.03", "595", "2.9.1+cu130", "13.0", "0.5.10rc0"],
                 ["", "v1", "1.0 --pre", "1.0;x", ".5"]),
     "regex": (["RTX PRO 6000 Blackwell", "H200|H100", "^A[0-9]+$"], ["(", "[a-", 5]),
