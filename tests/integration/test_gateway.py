@@ -306,6 +306,14 @@ def test_gateway_args_are_judged_by_sglang_routers_own_parser_before_any_change(
     assert "--policy round_robin" in gateway_fleet.gateway.ssh(f"cat {UNIT}", check=True).stdout
 
 
+def _wait_every_node_a_healthy_worker(fleet):
+    """After a restart the gateway registers its workers in the background: wait until all are in and healthy."""
+    def healthy_urls():
+        return sorted(w["url"] for w in _workers(fleet) if w.get("is_healthy"))
+
+    _wait(lambda: healthy_urls() == _node_urls(fleet), 60, "every node a healthy worker")
+
+
 def _gateway_curl(gateway, port, path, key=None):
     """HTTP status of a request to the gateway from its own host (loopback: whatever the firewall admits)."""
     header = f"-H 'Authorization: Bearer {key}'" if key else ""
@@ -331,6 +339,7 @@ def test_a_port_below_1024_binds_with_that_capability_alone(gateway_fleet):
         back = gateway_fleet.converge(tags=["sglang_gateway"])
     assert back.rc == 0, back.failure_messages() or back.stdout[-4000:]
     assert gateway.ssh(f"systemctl show -P CapabilityBoundingSet {SERVICE}").stdout.strip() == ""
+    _wait_every_node_a_healthy_worker(gateway_fleet)
     assert _generate(gateway_fleet, gateway_fleet.api_key)[0] == 200
 
 
@@ -345,9 +354,8 @@ def test_a_failed_start_rolls_back_to_the_last_good_configuration(gateway_fleet)
     assert "Rolled back to the last good configuration" in report and "Address already in use" in report, report
     assert gateway.ssh(f"cat {UNIT}", check=True).stdout == before
     assert gateway.ssh(f"systemctl is-active {SERVICE}").stdout.strip() == "active"
+    _wait_every_node_a_healthy_worker(gateway_fleet)
     assert _generate(gateway_fleet, gateway_fleet.api_key)[0] == 200
-    _wait(lambda: sorted(w["url"] for w in _workers(gateway_fleet)) == _node_urls(gateway_fleet), 30,
-          "every node a worker again")
     # What was restored is exactly what the inventory asks for.
     again = gateway_fleet.converge(tags=["sglang_gateway"])
     assert again.rc == 0 and again.changed == 0, again.changed_tasks() or again.failure_messages()
@@ -384,6 +392,7 @@ def test_the_api_key_is_in_no_command_line_or_environment_across_a_restart(gatew
         # the polls saw the gateway starting: its launcher's command line, before setproctitle renamed it
         assert "sglang-gateway-launch --host" in seen, seen[-2000:]
         assert key not in seen
+    _wait_every_node_a_healthy_worker(gateway_fleet)
     assert _generate(gateway_fleet, key)[0] == 200
     assert _generate(gateway_fleet, None)[0] == 401
 
