@@ -43,7 +43,8 @@ options:
     default: inet
     choices: [ip, ip6, inet, arp, bridge, netdev]
   path:
-    description: Rules file that defines the table (validated with C(nft -c -f) before it was written). Required when O(state=present).
+    description: Rules file that defines the table (validated with C(nft -c -f) before it was written). Required when
+      O(state=present), unless O(only_check_owner).
     type: path
   owner_comment:
     description: The table comment that marks a table as the caller's; the rules file gives its table this comment.
@@ -53,6 +54,13 @@ options:
     description: What O(table) is called in a refusal, e.g. the variable that sets it.
     type: str
     default: table
+  only_check_owner:
+    description:
+      - Only refuse a table of that name that another owner made, reading nothing else and changing
+        nothing (O(path) is not needed). Run before the rules file is written, so that a name that is
+        refused never reaches the file the boot unit loads.
+    type: bool
+    default: false
   state:
     description: C(present) makes the live table equal to the file's; C(absent) deletes the caller's tables.
     type: str
@@ -71,6 +79,13 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Refuse a table of that name made by another owner, before the rules file is written
+  sglang_nft_table:
+    table: sglang_canon
+    owner_comment: managed by sglang-canon
+    name: sglang_firewall_table
+    only_check_owner: true
+
 - name: Load the project's table when the live one differs from the rules file
   sglang_nft_table:
     table: sglang_canon
@@ -138,22 +153,24 @@ def main():
             "path": {"type": "path"},
             "owner_comment": {"type": "str", "required": True},
             "name": {"type": "str", "default": "table"},
+            "only_check_owner": {"type": "bool", "default": False},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
         },
-        required_if=[("state", "present", ["path"])],
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LC_ALL": "C"}
-    table, family, path, mark, name, state = (
-        module.params[k] for k in ("table", "family", "path", "owner_comment", "name", "state"))
+    table, family, path, mark, name, only_owner, state = (
+        module.params[k] for k in ("table", "family", "path", "owner_comment", "name", "only_check_owner", "state"))
+    if state == "present" and not only_owner and not path:
+        module.fail_json(msg="path is required with state=present")
     # Before nft runs at all, in check mode too: nft would run whatever a ';' in the name adds.
     refusal = identifier_error(table, name)
     if refusal:
         module.fail_json(msg=refusal)
 
     nft = module.get_bin_path("nft")
-    if nft is None:
-        if state == "absent":
+    if nft is None:  # no nft, no table of anyone's
+        if state == "absent" or only_owner:
             module.exit_json(changed=False, drifted=[])
         if module.check_mode:  # the package is installed by an earlier task of the real run
             module.exit_json(changed=True, drifted=["nft not installed"])
@@ -171,6 +188,8 @@ def main():
             f"{name}: the node already has a table {family} {table} that is not ours (its comment is not "
             f'"{mark}"); loading the rules file would replace it. Choose another name, or delete that table '
             "first if nothing needs it."))
+    if only_owner:
+        module.exit_json(changed=False, drifted=[])
 
     try:
         with open(path, "rb"):

@@ -193,3 +193,14 @@ def test_a_rules_file_without_the_mark_fails_after_loading(run):
     code, result = run(nft)
     assert code == 1
     assert result["msg"] == f'{run.rules} does not give table inet sglang_canon the comment "{MARK}"'
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_the_owner_check_before_the_rules_file_is_written_refuses_and_reads_nothing_else(run, check_mode):
+    nft = FakeNft(RULESET)
+    code, result = run(nft, check_mode=check_mode, table="someone_else", path=None, only_check_owner=True)
+    assert code == 1 and result["msg"].startswith("sglang_firewall_table: the node already has a table inet someone_else")
+    assert nft.calls == [["-t", "list", "ruleset"]]
+    code, result = run(nft, check_mode=check_mode, table="sglang_new", path=None, only_check_owner=True)
+    assert code == 0 and result["changed"] is False  # ours under another name is the load's business
+    assert nft.calls == [["-t", "list", "ruleset"]] * 2
