@@ -408,3 +408,24 @@ def test_production_doc_names_the_gateway_and_its_certificate_never_a_key(gatewa
     assert gateway_fleet.url in section and "round_robin" in section and fingerprint in section, section
     assert all(f"http://{node.ip}:30000" in section for node in gateway_fleet.nodes), section
     assert gateway_fleet.api_key not in doc and "PRIVATE KEY" not in doc
+
+
+def test_fleet_firewall_gateway_and_monitor_ports_answer_the_monitor_only(gateway_fleet):
+    """Every host of the fleet has its table (roles/sglang_firewall, run in the gateways' and the
+    monitors' plays too): the gateway's own port answers everyone; its metrics port and node
+    exporter, and the monitor's node exporter, answer the monitor only (loopback aside)."""
+    gateway, monitor, node = gateway_fleet.gateway, gateway_fleet.monitor, gateway_fleet.nodes[0]
+    gateway_port = urllib.parse.urlsplit(gateway_fleet.url).port
+    metrics_port, exporter_port = TEST_GATEWAY_ARGS["prometheus_port"], 9100
+    assert _tcp_from_host(gateway.ip, gateway_port) == "open"
+    assert _tcp_from_node(node, gateway.ip, gateway_port) == "open"
+    for port in (metrics_port, exporter_port):
+        assert _tcp_from_node(monitor, gateway.ip, port) == "open", port
+        assert _tcp_from_node(node, gateway.ip, port) == "refused", port
+        assert _tcp_from_host(gateway.ip, port) == "refused", port
+    assert _tcp_from_node(monitor, monitor.ip, exporter_port) == "open"
+    assert _tcp_from_node(node, monitor.ip, exporter_port) == "refused"
+    assert _tcp_from_host(monitor.ip, exporter_port) == "refused"
+    for host in (gateway, monitor):
+        tables = host.ssh("nft list table inet sglang_canon", check=True).stdout
+        assert 'comment "managed by sglang-canon"' in tables, host.name
