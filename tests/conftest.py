@@ -26,13 +26,14 @@ STATE_ROOT = REPO / ".cache" / "pytest-testnodes" / os.environ.get("PYTEST_XDIST
 SNAPSHOTS = STATE_ROOT / "snapshots"
 
 # The files that share the gateway fleet (see gateway_fleet), in the order they run on it: the
-# gateway's own checks, the monitors', then the rolling deploys, which restart every node. Under
-# pytest-xdist (pytest.ini: --dist=loadgroup) they form one xdist group, so one worker runs them
-# one after the other on one fleet, made and converged once.
+# gateway's own checks, the monitors', the watchdog's behind the gateway, then the rolling
+# deploys, which restart every node. Under pytest-xdist (pytest.ini: --dist=loadgroup) they form
+# one xdist group, so one worker runs them one after the other on one fleet, made and converged once.
 FLEET_GROUP = "gateway-fleet"
 FLEET_FILES = (
     "integration/test_gateway.py",
     "integration/test_monitoring.py",
+    "integration/test_watchdog_gateway.py",
     "integration/test_rolling_gateway.py",
 )
 # The costliest files after them, costliest first (minutes each on the 2-core CI machine). Under
