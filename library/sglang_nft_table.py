@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.nft_table import differences, identifier_error, ownership
+from ansible.module_utils.nft_table import defines_table, differences, identifier_error, ownership
 
 DOCUMENTATION = r"""
 ---
@@ -26,6 +26,9 @@ description:
   - O(table) must be an nft identifier (a letter, then letters, digits or C(_), at most 64
     characters), checked before nft runs, since nft joins its arguments into one command line and runs
     each C(;)-separated command of it.
+  - A table of that name without the mark that the rules file O(earlier_rules_path) defines (written
+    by a release of the caller from before the mark, which carries O(earlier_rules_signature)) is the
+    caller's: it is replaced (and so gets the mark) or deleted like a marked one.
   - With O(state=absent), deletes every table that carries the mark; a table of that name without it
     is left alone.
   - In check mode nothing is loaded or deleted; C(changed) says whether it would be, and
@@ -54,6 +57,17 @@ options:
     description: What O(table) is called in a refusal, e.g. the variable that sets it.
     type: str
     default: table
+  earlier_rules_path:
+    description:
+      - The caller's rules file as an earlier release may have left it; a table of that name without the
+        mark that this file defines is taken over, not refused. Unset, an unmarked table is always another
+        owner's.
+    type: path
+  earlier_rules_signature:
+    description: Text the caller's rules files always carry (their header), so that a file another owner
+      put at O(earlier_rules_path) does not count.
+    type: str
+    default: (roles/sglang_firewall)
   only_check_owner:
     description:
       - Only refuse a table of that name that another owner made, reading nothing else and changing
@@ -84,6 +98,7 @@ EXAMPLES = r"""
     table: sglang_canon
     owner_comment: managed by sglang-canon
     name: sglang_firewall_table
+    earlier_rules_path: /etc/nftables.d/sglang-canon.nft
     only_check_owner: true
 
 - name: Load the project's table when the live one differs from the rules file
@@ -120,6 +135,20 @@ def _tables(module, nft, mark, family, table):
     return ownership(out, family, table, mark)
 
 
+def _earlier_release_made(module, family, table):
+    """Whether the table is one an earlier release made, before tables carried the mark: the
+    caller's own rules file (earlier_rules_path) defines it."""
+    path = module.params["earlier_rules_path"]
+    if not path:
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as rules:
+            text = rules.read()
+    except OSError:
+        return False
+    return defines_table(text, family, table, module.params["earlier_rules_signature"])
+
+
 def _live(module, nft, family, table):
     rc, out, err = module.run_command([nft, "-j", "list", "table", family, table])
     if rc == 0:
@@ -153,6 +182,8 @@ def main():
             "path": {"type": "path"},
             "owner_comment": {"type": "str", "required": True},
             "name": {"type": "str", "default": "table"},
+            "earlier_rules_path": {"type": "path"},
+            "earlier_rules_signature": {"type": "str", "default": "(roles/sglang_firewall)"},
             "only_check_owner": {"type": "bool", "default": False},
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
         },
@@ -177,6 +208,9 @@ def main():
         module.fail_json(msg="nft not found on the node (Debian package nftables)")
 
     held, others = _tables(module, nft, mark, family, table)
+    earlier = held == "foreign" and _earlier_release_made(module, family, table)
+    if earlier:  # ours, from before the mark: replaced (the load gives it the mark) or deleted
+        held = "ours"
     if state == "absent":
         ours = ([(family, table)] if held == "ours" else []) + others
         if not module.check_mode:
@@ -201,6 +235,8 @@ def main():
 
     expected = _expected(module, family, table, path)
     table_drift = differences(_live(module, nft, family, table) if held == "ours" else "", expected)
+    if earlier and not table_drift:  # nft's JSON has no comments: only a load adds the mark
+        table_drift = ["table without the mark (made by an earlier release)"]
     drifted = table_drift + [f"table {f} {t} still loaded (marked as ours, under another name)" for f, t in others]
     if not module.check_mode:
         if table_drift:

@@ -102,3 +102,17 @@ def ownership(ruleset_text, family, table, mark):
         state = "ours" if tables[(family, table)] == mark else "foreign"
     others = [key for key, comment in tables.items() if comment == mark and key != (family, table)]
     return state, others
+
+
+def defines_table(rules_text, family, table, signature):
+    """Whether a rules file (its text) carrying `signature` defines the table family/table.
+
+    Releases before the table comment wrote the same rules file: a table without the mark that the
+    caller's own rules file defines is the caller's (the boot unit loads that file and would replace
+    the table at the next boot anyway), so it is taken over rather than refused as another owner's.
+    """
+    if signature not in (rules_text or ""):
+        return False
+    header = re.compile(rf"^\s*table\s+{re.escape(family)}\s+{re.escape(table)}\s*\{{", re.MULTILINE)
+    return bool(header.search(rules_text))
+

@@ -204,3 +204,38 @@ def test_the_owner_check_before_the_rules_file_is_written_refuses_and_reads_noth
     code, result = run(nft, check_mode=check_mode, table="sglang_new", path=None, only_check_owner=True)
     assert code == 0 and result["changed"] is False  # ours under another name is the load's business
     assert nft.calls == [["-t", "list", "ruleset"]] * 2
+
+
+def test_an_earlier_releases_unmarked_table_is_recognised_by_our_rules_file(nft_table):
+    header = "#!/usr/sbin/nft -f\n# Ansible managed (roles/sglang_firewall)\n"
+    ours = header + "table inet sglang_canon {}\ndelete table inet sglang_canon\n\ntable inet sglang_canon {\n}\n"
+    assert nft_table.defines_table(ours, "inet", "sglang_canon", "(roles/sglang_firewall)")
+    assert not nft_table.defines_table(ours, "inet", "someone_else", "(roles/sglang_firewall)")
+    assert not nft_table.defines_table(ours.replace("roles/sglang_firewall", "roles/other"), "inet", "sglang_canon",
+                                       "(roles/sglang_firewall)")
+    assert not nft_table.defines_table("", "inet", "sglang_canon", "(roles/sglang_firewall)")
+
+
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_a_table_an_earlier_release_left_without_the_mark_is_taken_over(run, nft_table, tmp_path, state):
+    unmarked = RULESET.replace(f'\tcomment "{MARK}"\n', "", 1)
+    assert nft_table.ownership(unmarked, "inet", "sglang_canon", MARK)[0] == "foreign"  # refused without the file
+    earlier = tmp_path / "earlier.nft"
+    earlier.write_text("# Ansible managed (roles/sglang_firewall)\ntable inet sglang_canon {\n}\n")
+    nft = FakeNft(unmarked, loaded=RULESET)
+    code, result = run(nft, state=state, earlier_rules_path=str(earlier))
+    assert code == 0 and result["changed"] is True
+    if state == "present":
+        assert result["drifted"][0] == "table without the mark (made by an earlier release)"
+        assert ["-f", run.rules] in nft.calls
+    else:
+        assert ["delete", "table", "inet", "sglang_canon"] in nft.calls
+
+
+def test_a_file_of_another_owner_at_that_path_does_not_make_their_table_ours(run, tmp_path):
+    unmarked = RULESET.replace(f'\tcomment "{MARK}"\n', "", 1)
+    theirs = tmp_path / "theirs.nft"
+    theirs.write_text("table inet sglang_canon {\n}\n")
+    code, result = run(FakeNft(unmarked), earlier_rules_path=str(theirs))
+    assert code == 1 and "is not ours" in result["msg"]
+
