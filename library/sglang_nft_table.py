@@ -28,7 +28,7 @@ description:
     each C(;)-separated command of it.
   - A table of that name without the mark that the rules file O(earlier_rules_path) defines (written
     by a release of the caller from before the mark, which carries O(earlier_rules_signature)) is the
-    caller's: it is replaced (and so gets the mark) or deleted like a marked one.
+    caller's; it is replaced (and so gets the mark) or deleted like a marked one.
   - With O(state=absent), deletes every table that carries the mark; a table of that name without it
     is left alone.
   - In check mode nothing is loaded or deleted; C(changed) says whether it would be, and
