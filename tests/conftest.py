@@ -64,27 +64,27 @@ def _relative(item):
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(items):
     """Under xdist only: one xdist group per file, one for the fleet's files (FLEET_GROUP), and
-    the costliest first (see COSTLIEST_FIRST); a stable sort, so each file's tests keep their
-    order. A run without xdist keeps the tiers' order. Either way the last test of the fleet's
-    files is marked: the fleet goes down after it (pytest_runtest_teardown)."""
+    the costliest first (see COSTLIEST_FIRST, which also orders the fleet's files); a stable sort,
+    so each file's tests keep their order. A run without xdist keeps the tiers' order. Either way
+    the last test of the fleet's files, in the order they run, is marked: the fleet goes down
+    after it (pytest_runtest_teardown)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+
+        def rank(item):
+            relative = _relative(item)
+            if relative in COSTLIEST_FIRST:
+                return (0, COSTLIEST_FIRST.index(relative))
+            return (1 if relative.startswith("integration/") else 2, 0)
+
+        for item in items:
+            relative = _relative(item)
+            item.add_marker(pytest.mark.xdist_group(FLEET_GROUP if relative in FLEET_FILES else relative))
+        items.sort(key=rank)
+    # After the sort: collection order is the files' names, and test_watchdog_gateway.py sorts
+    # after test_rolling_gateway.py although it runs before it under xdist.
     fleet_items = [item for item in items if _relative(item) in FLEET_FILES]
     if fleet_items:
         fleet_items[-1].stash[_LAST_ON_THE_FLEET] = True
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-
-    def rank(item):
-        relative = _relative(item)
-        if relative in COSTLIEST_FIRST:
-            return (0, COSTLIEST_FIRST.index(relative))
-        return (1 if relative.startswith("integration/") else 2, 0)
-
-    for item in items:
-        relative = _relative(item)
-        item.add_marker(pytest.mark.xdist_group(FLEET_GROUP if relative in FLEET_FILES else relative))
-    items.sort(key=rank)
-    if fleet_items:  # the sort keeps the group's order: its last test is still the last on the fleet
-        assert max(items.index(item) for item in fleet_items) == items.index(fleet_items[-1])
 
 
 @pytest.fixture(scope="session")
