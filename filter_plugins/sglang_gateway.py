@@ -1,12 +1,11 @@
 """Filters of roles/sglang_gateway: the workers behind a gateway (their URLs, the inventories that
-would make them unreachable or ambiguous), TLS checks on the controller, and the variables
-behind what sglang-router's own parser refused.
+would make them unreachable or ambiguous), the refusals of a TLS pair community.crypto read on the
+controller, and the variables behind what sglang-router's own parser refused.
 
 Pure logic, unit-tested in tests/unit/test_sglang_gateway.py.
 """
 
 import datetime
-import hashlib
 import ipaddress
 import json
 from urllib.parse import urlsplit
@@ -100,62 +99,31 @@ def sglang_gateway_worker_errors(hosts, hostvars, gateway):
     return errors
 
 
-def _load(cert_pem, key_pem):
-    # cryptography is a dependency of ansible-core: always on the controller.
-    from cryptography import x509  # pylint: disable=import-outside-toplevel
-    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
+def sglang_gateway_tls_errors(cert_info, key_info):
+    """[message] of what is wrong with a certificate and its key; [] when the pair is usable.
 
+    cert_info and key_info are what community.crypto's x509_certificate_info and
+    openssl_privatekey_info returned for them (tasks/check.yml): the parsing is theirs, the
+    messages that name the variable are the role's."""
     errors = []
-    cert = key = None
-    try:
-        cert = x509.load_pem_x509_certificate(str(cert_pem).encode())
-    except ValueError:
+    if not (cert_info or {}).get("public_key"):
         errors.append("sglang_gateway_tls_cert: expected a PEM certificate (-----BEGIN CERTIFICATE-----), "
                       "got something that does not parse as one")
-    try:
-        key = serialization.load_pem_private_key(str(key_pem).encode(), password=None)
-    except (ValueError, TypeError):
+    if not (key_info or {}).get("can_parse_key"):
         # The key's text is never quoted back: it is a secret.
         errors.append("sglang_gateway_tls_key: expected an unencrypted PEM private key, got something that does not "
                       "parse as one (its content is not shown)")
-    return cert, key, errors
-
-
-def sglang_gateway_tls_errors(cert_pem, key_pem, now=None):
-    """[message] of what is wrong with a certificate and its key; [] when the pair is usable."""
-    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-
-    cert, key, errors = _load(cert_pem, key_pem)
-    if cert is None or key is None:
+    if errors:
         return errors
-    public = serialization.PublicFormat.SubjectPublicKeyInfo
-    encoding = serialization.Encoding.DER
-    if cert.public_key().public_bytes(encoding, public) != key.public_key().public_bytes(encoding, public):
+    if cert_info["public_key"] != key_info["public_key"]:
+        subject = ",".join(f"{name}={value}" for name, value in cert_info.get("subject_ordered") or [])
         errors.append("sglang_gateway_tls_cert and sglang_gateway_tls_key: the certificate's public key is not the "
-                      f"key's (certificate {cert.subject.rfc4514_string()}, SHA-256 {fingerprint(cert)}); "
+                      f"key's (certificate {subject}, SHA-256 {cert_info['fingerprints']['sha256'].upper()}); "
                       "expected the private key of this certificate")
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    if cert.not_valid_after_utc < now:
-        errors.append(f"sglang_gateway_tls_cert: expired on {cert.not_valid_after_utc.isoformat()}; expected a valid certificate")
+    if cert_info.get("expired"):
+        not_after = datetime.datetime.strptime(cert_info["not_after"], "%Y%m%d%H%M%SZ")
+        errors.append(f"sglang_gateway_tls_cert: expired on {not_after.isoformat()}Z; expected a valid certificate")
     return errors
-
-
-def fingerprint(cert):
-    from cryptography.hazmat.primitives import serialization  # pylint: disable=import-outside-toplevel
-
-    digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
-    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
-
-
-def sglang_gateway_cert_fingerprint(cert_pem):
-    """SHA-256 fingerprint of a PEM certificate (the first one of a chain), as AA:BB:..."""
-    from cryptography import x509  # pylint: disable=import-outside-toplevel
-
-    try:
-        cert = x509.load_pem_x509_certificate(str(cert_pem).encode())
-    except ValueError as error:
-        raise AnsibleFilterError("sglang_gateway_cert_fingerprint: not a PEM certificate") from error
-    return fingerprint(cert)
 
 
 # Options of the gateway's command line that come from other variables than sglang_gateway_args
@@ -202,6 +170,5 @@ class FilterModule:
             "sglang_gateway_worker_urls": sglang_gateway_worker_urls,
             "sglang_gateway_worker_errors": sglang_gateway_worker_errors,
             "sglang_gateway_tls_errors": sglang_gateway_tls_errors,
-            "sglang_gateway_cert_fingerprint": sglang_gateway_cert_fingerprint,
             "sglang_gateway_parser_verdict": sglang_gateway_parser_verdict,
         }

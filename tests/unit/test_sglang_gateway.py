@@ -1,6 +1,5 @@
-"""roles/sglang_gateway's pure logic: worker URLs from the nodes' variables, TLS checks, argv."""
+"""roles/sglang_gateway's pure logic: worker URLs from the nodes' variables, argv (its TLS checks: tests/roles/test_sglang_gateway_tls_role.py)."""
 
-import datetime
 import subprocess
 from pathlib import Path
 
@@ -111,44 +110,6 @@ def test_nodes_sharing_a_worker_url_are_refused_naming_them(gateway):
 def test_the_gateway_check_refuses_with_the_worker_errors():
     check = (REPO / "roles/sglang_gateway/tasks/check.yml").read_text()
     assert "sglang_gateway_worker_errors(hostvars, inventory_hostname)" in check
-
-
-def _pair(tmp_path, name, days=2):
-    key, cert = tmp_path / f"{name}.key", tmp_path / f"{name}.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", str(days), "-subj", f"/CN={name}"], check=True, capture_output=True)
-    return cert.read_text(), key.read_text()
-
-
-def test_a_matching_pair_has_no_errors_and_a_fingerprint_like_openssls(gateway, tmp_path):
-    cert, key = _pair(tmp_path, "gw")
-    assert gateway.sglang_gateway_tls_errors(cert, key) == []
-    openssl = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(tmp_path / "gw.pem")],
-                             check=True, capture_output=True, text=True).stdout
-    assert gateway.sglang_gateway_cert_fingerprint(cert) == openssl.strip().split("=", 1)[1]
-
-
-def test_a_key_of_another_certificate_is_refused_without_showing_it(gateway, tmp_path):
-    cert, _ = _pair(tmp_path, "gw")
-    _, other_key = _pair(tmp_path, "other")
-    errors = gateway.sglang_gateway_tls_errors(cert, other_key)
-    assert len(errors) == 1 and "is not the key's" in errors[0] and "CN=gw" in errors[0]
-    body = "".join(other_key.strip().splitlines()[1:-1])
-    assert not any(body[i:i + 16] in errors[0] for i in range(0, len(body) - 16, 16))
-
-
-def test_text_that_is_no_pem_is_refused_naming_the_variable(gateway, tmp_path):
-    cert, key = _pair(tmp_path, "gw")
-    assert "sglang_gateway_tls_cert" in gateway.sglang_gateway_tls_errors("not a cert", key)[0]
-    errors = gateway.sglang_gateway_tls_errors(cert, "secret-looking text")
-    assert "sglang_gateway_tls_key" in errors[0] and "secret-looking" not in errors[0]
-
-
-def test_an_expired_certificate_is_refused(gateway, tmp_path):
-    cert, key = _pair(tmp_path, "gw", days=1)
-    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=3)
-    errors = gateway.sglang_gateway_tls_errors(cert, key, now=later)
-    assert len(errors) == 1 and "expired" in errors[0]
 
 
 def test_gateway_args_render_through_the_server_args_renderer(project_module):
