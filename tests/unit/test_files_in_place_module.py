@@ -2,8 +2,12 @@
 
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +82,97 @@ def test_an_uppercase_checksum_matches(files, tmp_path):
 def test_an_entry_it_cannot_compare_is_refused_naming_the_path(files, entry, message):
     with pytest.raises(files.BadEntry, match="^" + message.replace("(", r"\(") + "$"):
         files.compare(entry)
+
+
+# Each role that compares its files with sglang_files_in_place declares them once (vars/main.yml),
+# and its write.yml writes exactly that declaration: one task per kind, looping over its entries.
+DECLARING_ROLES = {"sglang_service": "__sglang_service_files", "sglang_watchdog": "__sglang_watchdog_files"}
+WRITING_MODULES = {"ansible.builtin.file": "state", "ansible.builtin.copy": "src", "ansible.builtin.template": "template"}
+
+
+@pytest.fixture(scope="module")
+def wanted(project_module):
+    return project_module("filter_plugins/files_wanted.py").sglang_files_wanted
+
+
+def _declared_entries(role):
+    """Every entry of the role's declaration: the plain lists of vars/main.yml it is built from."""
+    variables = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
+    name = DECLARING_ROLES[role]
+    # a plain list, or an expression joining the role's lists of that name's stem
+    parts = [name] if isinstance(variables[name], list) else sorted(
+        part for part in variables if part.startswith(name.removesuffix("files")) and part.endswith("_files")
+        and part != name and part in variables[name])
+    entries = [entry for part in parts for entry in variables[part] if isinstance(entry, dict)]
+    assert entries, f"{role}: no declared entries found in {parts}"
+    return entries
+
+
+def _writing_tasks(role):
+    tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "write.yml").read_text())
+    return [(task, module) for task in tasks for module in WRITING_MODULES if module in task]
+
+
+def test_the_filter_gives_each_declared_file_its_checksum_in_order(wanted):
+    declared = [
+        {"path": "/etc/x", "state": "directory", "mode": "0755"},
+        {"path": "/usr/bin/p", "src": "p", "mode": "0755"},
+        {"path": "/etc/x/u.service", "template": "u.service.j2", "mode": "0644", "validate": "v %s"},
+        {"path": "/etc/x/s.env", "template": "s.env.j2", "mode": "0600", "secret": True},
+    ]
+    assert wanted(declared, ["program\n"], ["[Unit]\n", "A=1\n"]) == [
+        {"path": "/etc/x", "state": "directory", "mode": "0755"},
+        {"path": "/usr/bin/p", "mode": "0755", "checksum": sha1(b"program\n")},
+        {"path": "/etc/x/u.service", "mode": "0644", "checksum": sha1(b"[Unit]\n")},
+        {"path": "/etc/x/s.env", "mode": "0600", "checksum": sha1(b"A=1\n")},
+    ]
+
+
+@pytest.mark.parametrize(("declared", "copied", "rendered", "message"), [
+    ([{"path": "/a", "mode": "0644"}], [], [], "/a: expected exactly one of state: directory, src or template"),
+    ([{"path": "/a", "src": "a", "template": "a.j2", "mode": "0644"}], ["x"], ["x"], "/a: expected exactly one of"),
+    ([{"path": "/a", "state": "file", "mode": "0644"}], [], [], "/a: expected exactly one of"),
+    ([{"path": "/a", "src": "a", "mode": "0644"}], [], [], "/a: no content given for its src"),
+    ([{"path": "/a", "src": "a", "mode": "0644"}], ["x", "y"], [], "more contents given than entries declare"),
+])
+def test_the_filter_refuses_a_declaration_it_cannot_pair_with_contents(wanted, declared, copied, rendered, message):
+    with pytest.raises(Exception, match="^" + message):
+        wanted(declared, copied, rendered)
+
+
+@pytest.mark.parametrize("role", sorted(DECLARING_ROLES))
+def test_write_yml_writes_the_declaration_and_nothing_else(role):
+    """A file written by write.yml but not declared (or declared but not written) cannot be added:
+    every writing task loops over one kind of the declaration and writes item.path, and every
+    declared entry is of exactly one kind that a task writes."""
+    declaration = DECLARING_ROLES[role]
+    kinds_written = []
+    for task, module in _writing_tasks(role):
+        args = task[module]
+        if args.get("state") == "absent":
+            continue  # a removal (the watchdog's credential off gateways), not a file written
+        kind = WRITING_MODULES[module]
+        assert task.get("loop") == f"{{{{ {declaration} | selectattr('{kind}', 'defined') }}}}", task["name"]
+        assert args.get("dest", args.get("path")) == "{{ item.path }}", task["name"]
+        assert args["mode"] == "{{ item.mode }}", task["name"]
+        kinds_written.append(kind)
+    assert len(kinds_written) == len(set(kinds_written)), f"{role}: two tasks write the same kind"
+    role_dir = REPO / "roles" / role
+    for entry in _declared_entries(role):
+        kinds = [kind for kind in WRITING_MODULES.values() if kind in entry]
+        assert len(kinds) == 1 and kinds[0] in kinds_written, f"{role}: {entry} is written by no task of write.yml"
+        if "src" in entry:
+            assert (role_dir / "files" / entry["src"]).is_file(), entry
+        if "template" in entry:
+            assert (role_dir / "templates" / entry["template"]).is_file(), entry
+
+
+@pytest.mark.parametrize("role", sorted(DECLARING_ROLES))
+def test_the_comparison_reads_the_same_declaration(role):
+    variables = yaml.safe_load((REPO / "roles" / role / "vars" / "main.yml").read_text())
+    declaration = DECLARING_ROLES[role]
+    compared = declaration.removesuffix("files") + "wanted"
+    assert variables[compared].strip().startswith(f"{{{{ {declaration} | sglang_files_wanted("), variables[compared]
+    tasks = [task for path in (REPO / "roles" / role / "tasks").glob("*.yml")
+             for task in yaml.safe_load(path.read_text()) or [] if "sglang_files_in_place" in task]
+    assert [task["sglang_files_in_place"]["files"] for task in tasks] == [f"{{{{ {compared} }}}}"]

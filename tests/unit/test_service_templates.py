@@ -24,6 +24,8 @@ def _render(filters, name, **overrides):
                              trim_blocks=True)
     env.filters.update(filters)
     variables = expected.testnode_vars()
+    # the shared values (sglang_libexec: the folder of the helper programs), then the role's
+    variables.update(yaml.safe_load((REPO / "roles" / "sglang" / "vars" / "main.yml").read_text()))
     variables.update(yaml.safe_load((REPO / "roles" / "sglang_service" / "vars" / "main.yml").read_text()))
     variables.update({
         "ansible_managed": "managed by sglang-canon",
