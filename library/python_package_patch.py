@@ -50,6 +50,10 @@ description:
     after writing, they are byte-compiled by O(python) so the C(.pyc) files match that interpreter.
   - What runs under O(python) (finding the package, the compile check, byte-compiling) is the module
     utility C(package_patch_node), sent to the node with the module and run with C(python -c).
+  - Not ansible.posix's C(patch) module, which runs GNU C(patch) on the node for one diff at a time
+    (fuzz allowed, decided by a dry run on the file as it is now); it neither checks the pristine
+    files against C(RECORD), nor builds the wanted bytes from the pristine ones, nor finds a file
+    edited by hand, nor restores the package.
 version_added: "0.1.0"
 author: sglang-canon
 options:

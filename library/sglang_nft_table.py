@@ -33,6 +33,9 @@ description:
     is left alone.
   - In check mode nothing is loaded or deleted; C(changed) says whether it would be, and
     C(drifted) what differs, for the drift scan.
+  - No collection of the ansible package does this, so it is a module of this project
+    (community.general's C(iptables_state) saves and restores iptables rules, ansible.posix's
+    C(firewalld) drives firewalld's zones; neither keeps one nftables table of one's own).
 version_added: "0.1.0"
 author: sglang-canon
 options:
