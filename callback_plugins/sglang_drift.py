@@ -1,9 +1,12 @@
-"""Callback: collect what a check-mode run would change, for playbooks/drift.yml.
+"""Callback: collect what a check-mode run would change, for playbooks/drift.yml's report.
 
-In plays that set ``sglang_drift_scan: true`` (and run in check mode), every task result
-that reports ``changed`` is a drifted item. The callback records it as the host fact
-``sglang_drift_items`` so a later play of the same run can list the items and fail,
-which gives drift.yml its non-zero exit status. Other plays are left alone.
+In plays that set ``sglang_drift_scan: true`` (site.yml's plays do under drift.yml, which runs
+them in check mode), every task result that reports ``changed`` is a drifted item. The callback
+records it as the host fact ``sglang_drift_items`` so drift.yml's last play can list the items
+and fail, which gives drift.yml its non-zero exit status. Other plays are left alone.
+
+It only reports: which nodes converge, and in what batches, is site.yml's (its converge play
+targets every node with ``serial``); no play decides anything from ``sglang_drift_items``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ description:
   - Active only in plays whose variables set C(sglang_drift_scan=true) (templated).
   - Each changed task result is appended to the host's C(sglang_drift_items) fact,
     labelled with its role, task and loop item.
+  - The fact is for playbooks/drift.yml's report only; no play decides which nodes converge from it.
 requirements:
   - enabled in ansible.cfg (callbacks_enabled)
 """

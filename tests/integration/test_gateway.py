@@ -209,12 +209,14 @@ def test_a_second_run_checks_every_host_and_changes_nothing(gateway_fleet):
     assert second.rc == 0, second.stdout[-4000:]
     assert second.changed == 0, second.changed_tasks()
     assert {host.name for host in gateway_fleet.hosts} <= set(second.stats.get("ok", {})), second.stats
-    # the nodes are checked and scanned all at once, and no batch runs: no node has drift
+    # the nodes are checked all at once, then converged one batch after the other, each changing
+    # nothing and restarting nothing (changed == 0 above)
     names = {node.name for node in gateway_fleet.nodes}
-    (check, check_hosts), (scan, scan_hosts), *batches = second.plays_on(names)
+    (check, check_hosts), (config, config_hosts), *batches = second.plays_on(names)
     assert check.startswith("Check every node") and check_hosts == names
-    assert scan.startswith("Find what would change") and scan_hosts == names
-    assert batches == []
+    assert config.startswith("Check the server's configuration on every node") and config_hosts == names
+    assert [hosts for _, hosts in batches] == [{node.name} for node in gateway_fleet.nodes], batches
+    assert all(name.startswith("Converge the nodes in batches") for name, _ in batches), batches
     assert "Could not match supplied host pattern" not in second.stdout
 
 

@@ -5,10 +5,10 @@ clients send requests through the gateway only, each request taking about half a
 the server (SGLANG_DOUBLE_REQUEST_SECONDS in the fleet's inventory), so requests are in flight
 whenever a node is taken out. Proven here:
 
-- a site.yml run that restarts every node (a changed server environment) checks and scans all
-  nodes at once, then goes batch by batch in the inventory's order, each node out of the
-  gateway, drained, restarted, back and healthy before the next starts, and no client request
-  fails;
+- a site.yml run that restarts every node (a changed server environment) checks all nodes at
+  once (the inventory, then the server's configuration), then converges batch by batch in the
+  inventory's order, each node out of the gateway, drained, restarted, back and healthy before
+  the next starts, and no client request fails;
 - playbooks/rolling_restart.yml does the same, one node per play;
 - kill -9 of a node's server under load: no client request fails (the gateway retries and
   ejects it), and it is back in rotation after systemd restarted it;
@@ -16,14 +16,15 @@ whenever a node is taken out. Proven here:
   firewall and server start on boot);
 - the first node's new configuration never gets healthy: it is rolled back, file for file, and
   added back to the gateway only once healthy on its last good configuration, which a drift
-  scan then finds in order; the batches after it are not touched, and no client request fails;
+  scan then finds in order; the batches after it do not start (checked, in check mode, before
+  the first batch, and left alone), and no client request fails;
 - playbooks/rolling_restart.yml runs that same restart sequence: a node whose configuration on
   disk never gets healthy is rolled back, its deploy lock released (the watchdog is not locked
   out) and it is back in the gateway, healthy; the batches after it are not touched.
 
 The fleet is conftest's gateway_fleet (with a monitor; converged once, shared with
-test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked,
-scanned and left alone is test_gateway.py's second run): the gateway is the one
+test_gateway.py and test_monitoring.py, which run before this file; a converged fleet checked
+and converged batch by batch without a change or a restart is test_gateway.py's second run): the gateway is the one
 roles/sglang_gateway deploys, reached as clients reach it (TLS, API key; tests/gateway_client.py).
 """
 
@@ -115,12 +116,11 @@ def server_environment(node):
     return node.testinfra_host().file(f"/proc/{main_pid(node)}/environ").content_string.split("\0")[:-1]
 
 
-def changes_outside_the_scan(result, host):
+def changes_on(result, host):
     return [
         e["event_data"]["task"] for e in result.events
-        if e["event"] == "runner_on_ok" and e["event_data"].get("host") == host
+        if e["event"] in ("runner_on_ok", "runner_item_on_ok") and e["event_data"].get("host") == host
         and e["event_data"].get("res", {}).get("changed")
-        and not e["event_data"].get("play", "").startswith("Find what would change")
     ]
 
 
@@ -188,12 +188,12 @@ def test_site_run_restarting_every_node_drops_no_request_and_goes_batch_by_batch
     assert result.rc == 0, result.failure_messages()
     assert_no_request_failed(stats)
     assert all(main_pid(node) != before[node.name] for node in fleet.nodes)
-    # checks and scan on every node at once, then one node per batch in the inventory's order
-    # (not the order the scan finished in)
+    # the inventory and the server's configuration checked on every node at once, then one node
+    # per batch in the inventory's order
     names = {node.name for node in fleet.nodes}
-    (check, check_hosts), (scan, scan_hosts), *batches = result.plays_on(node.name for node in fleet.nodes)
+    (check, check_hosts), (config, config_hosts), *batches = result.plays_on(node.name for node in fleet.nodes)
     assert check.startswith("Check every node") and check_hosts == names
-    assert scan.startswith("Find what would change") and scan_hosts == names
+    assert config.startswith("Check the server's configuration on every node") and config_hosts == names
     assert [name for name, _ in batches] == [batches[0][0]] * len(fleet.nodes) and batches[0][0].startswith("Converge")
     assert [hosts for _, hosts in batches] == [{node.name} for node in fleet.nodes]
     assert_each_node_left_drained_and_rejoined_in_turn(fleet, result)
@@ -320,10 +320,12 @@ def test_a_node_that_fails_its_health_check_is_rolled_back_and_only_then_added_b
     environment = server_environment(failing)
     assert "SGLANG_DOUBLE_NEVER_HEALTHY=1" not in environment and "SGLANG_DOUBLE_WARMUP_SECONDS=2" in environment
     fleet.gateway.wait_workers(fleet.urls, timeout=10)
-    # the rollout stopped: the batches after the failure were not taken out, nor changed, nor
-    # restarted (only the check-mode scan looked at them)
+    # the rollout stopped: the batches after the failure did not start (the failing node's is the
+    # last batch), and their nodes were not taken out, nor changed, nor restarted
+    batches = [hosts for name, hosts in result.plays_on(node.name for node in fleet.nodes) if name.startswith("Converge")]
+    assert batches == [{failing.name}], batches
     for node in after:
-        assert results_of(result, LEAVE, node.name) == [] and changes_outside_the_scan(result, node.name) == []
+        assert results_of(result, LEAVE, node.name) == [] and changes_on(result, node.name) == []
     assert {node.name: main_pid(node) for node in after} == after_pids
     assert {node.name: node.testinfra_host().file(node_state.ENV_FILE).sha256sum for node in after} == after_env_shas
     # the rolled-back configuration is the one deployed before (issue 19): a drift scan of the
