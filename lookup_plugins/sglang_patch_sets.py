@@ -61,7 +61,9 @@ _raw:
   elements: dict
   contains:
     sets:
-      description: Each set, with C(name), C(dir), C(exists), C(package), C(version) and C(patches) (file names, in order).
+      description: >-
+        Each set, with C(name), C(dir), C(exists), C(package), C(version), C(patches) (file names, in order) and
+        C(obsolete) (set.yml's patch file -> C(file) and C(contains): how to recognise upstream's own fix).
       type: list
     patches:
       description: Each patch in the order it applies, with C(name) (SET/FILE) and C(content).
@@ -102,6 +104,9 @@ def resolve_set(term, role_path, playbook_dir):
         "package": str(meta.get("package", "")),
         "version": str(meta.get("version", "")),
         "patches": [str(patch) for patch in patches],
+        # How the upgrade report recognises a patch that a later release makes obsolete (set.yml:
+        # patch file -> {file, contains}: upstream's own fix); the role itself does not read it.
+        "obsolete": meta.get("obsolete") or {},
     }
 
 

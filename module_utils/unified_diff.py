@@ -232,13 +232,15 @@ def _no_newline(hunk, name, path):
 # --------------------------------------------------------------------------
 
 
-def apply_file_patch(original, file_patch, patch_name, reverse=False):
+def apply_file_patch(original, file_patch, patch_name, reverse=False, placements=None):
     """Apply (or reverse) one file's hunks to bytes. Exact context, no fuzz.
 
     Each hunk must match at the line its header states; if it does not, it may
     match at exactly one other place after the previous hunk (an offset, as when
     a patch was made against a file with a few lines more or less), otherwise it
     is a conflict. Hunks must come in file order and must not overlap.
+    ``placements``, a list, gets (hunk number, line stated, line found) per hunk,
+    1-based: the upgrade report tells an offset from a clean application by them.
     """
     src = split_lines(original)
     out = []
@@ -272,6 +274,8 @@ def apply_file_patch(original, file_patch, patch_name, reverse=False):
                     )
                 )
             at = matches[0]
+        if placements is not None:
+            placements.append((number, want + 1, at + 1))
         out.extend(src[pos:at])
         out.extend(new)
         pos = at + length

@@ -1,10 +1,9 @@
 """The sglang_patch_sets lookup: patch sets resolved on the controller, with every refusal named."""
 
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_patches"
 
 
@@ -67,3 +66,12 @@ def test_two_sets_of_one_name_are_refused(lookup, tmp_path):
 def test_a_trailing_slash_does_not_empty_the_name(lookup, tmp_path):
     folder = _set(tmp_path, "sglang-0.5.9", ["x.patch"])
     assert lookup.resolve_set(f"{folder}/", "/role", "/plays")["name"] == "sglang-0.5.9"
+
+
+def test_set_yml_obsolete_rules_pass_through_for_the_upgrade_report(lookup, tmp_path):
+    rule = {"file": "sglang/srt/environ.py", "contains": "class EnvStrictBool", "why": "upstream does it"}
+    meta = "package: sglang\nversion: '0.5.99'\nobsolete:\n  0001-a.patch:\n" + "".join(
+        f"    {key}: {value}\n" for key, value in rule.items())
+    _set(tmp_path, "mine", ["0002-b.patch"], meta)
+    assert lookup.resolve_set(str(tmp_path / "mine"), "/nowhere", "/nowhere")["obsolete"] == {"0001-a.patch": rule}
+    assert lookup.resolve_set("sglang-0.5.9", str(ROLE), "/nowhere")["obsolete"] == {}
