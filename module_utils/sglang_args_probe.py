@@ -331,9 +331,22 @@ def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
     return errors
 
 
+def resolved_fields(server_args):
+    """Every ServerArgs field as SGLang resolved it: the dataclass's attributes (0.5.9), or, where
+    ServerArgs is a record with the resolution declared over it (0.5.23), its resolved view."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(server_args):
+        return {f.name: _jsonable(getattr(server_args, f.name, None)) for f in dataclasses.fields(server_args)}
+    from sglang.srt.arg_groups.arg_utils import record_fields
+    from sglang.srt.arg_groups.model_override_base import resolved_view
+
+    view = resolved_view(server_args)
+    return {f.name: _jsonable(getattr(view, f.name, None)) for f in record_fields(type(server_args))}
+
+
 def run(request):
     import argparse
-    import dataclasses
     import logging
     import os
     import warnings
@@ -418,7 +431,12 @@ def run(request):
             if parse_errors:
                 result["errors"].extend(parse_errors)
             else:
-                server_args = server_args_module.prepare_server_args(checked)
+                prepared = server_args_module.prepare_server_args(checked)
+                # Later releases (0.5.23) leave the record unresolved there: the launcher
+                # resolves it, as resolve_once() does here.
+                if hasattr(prepared, "resolve_once"):
+                    prepared.resolve_once()
+                server_args = prepared
         except ArgparseError as exc:
             result["errors"].append(describe_parse_error(str(exc), checked)[0])
         except MissingPath as exc:
@@ -452,7 +470,7 @@ def run(request):
     result["warnings"].extend(log_records)
 
     if server_args is not None:
-        resolved = {f.name: _jsonable(getattr(server_args, f.name, None)) for f in dataclasses.fields(server_args)}
+        resolved = resolved_fields(server_args)
         algorithm = resolved.get("speculative_algorithm")
         try:
             from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
