@@ -16,17 +16,15 @@ Keys of `expectations` (all required, the role's variables without their gpu_pre
   driver_version_max        highest driver, compared on the components it gives ("595" = any 595.x); empty: none
 
 server_args (sglang_server_args), when given, must fit the GPUs found: its parallel sizes
-(tp_size, pp_size, dp_size, nnodes, base_gpu_id, gpu_id_step) by the rule the server's flag check
-applies to SGLang's resolved values (gpu_layout_problem in module_utils/sglang_args_probe.py,
-loaded from there: one rule, two moments), so a layout that cannot work or leaves GPUs idle
-(unless allow_idle_gpus) is refused here, before anything changes on the node. A value nvidia-smi
-reports as N/A cannot be verified and counts as a mismatch.
+(tp_size, pp_size, dp_size, nnodes, base_gpu_id, gpu_id_step) by gpu_layout_problem, so a layout
+that cannot work or leaves GPUs idle (unless allow_idle_gpus) is refused here, before anything
+changes on the node. The same rule, as the filter gpu_layout_mismatches, judges the values SGLang
+resolved from them (sglang_service's flag check, tasks/check_parser.yml): one rule, two moments,
+in this file alone. A value nvidia-smi reports as N/A cannot be verified and counts as a mismatch.
 Pure Python (the controller's), unit-tested in tests/unit/test_gpu_expectations.py.
 """
 
-import importlib.util
 import re
-from pathlib import Path
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -87,30 +85,79 @@ def _link_list(gpus, key, unit, expected):
     return ", ".join(f"GPU {gpu.get('index')} ({gpu.get('pci_bus_id')}) at {unit}{_shown(gpu.get(key))}" for gpu in low)
 
 
-def _probe():
-    """module_utils/sglang_args_probe.py, the server flag check's in-node probe (standard library only)."""
-    path = Path(__file__).resolve().parents[1] / "module_utils" / "sglang_args_probe.py"
-    spec = importlib.util.spec_from_file_location("sglang_canon_args_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def gpus_used(resolved):
+    """How many GPUs of one node the parallel sizes use, SGLang's layout: dp replicas of tp x pp
+    GPUs each (dp attention shares the tp GPUs), split over nnodes."""
+    tp = int(resolved.get("tp_size") or 1)
+    pp = int(resolved.get("pp_size") or 1)
+    dp = int(resolved.get("dp_size") or 1)
+    nnodes = int(resolved.get("nnodes") or 1)
+    dp_factor = 1 if resolved.get("enable_dp_attention") else dp
+    return max(1, -(-(tp * pp * dp_factor) // nnodes))
 
 
-_ARGS_PROBE = _probe()
+def gpus_needed(resolved):
+    """(count, explanation) of the GPU indexes the parallel sizes use on one node (gpus_used,
+    from base_gpu_id by gpu_id_step)."""
+    tp = int(resolved.get("tp_size") or 1)
+    pp = int(resolved.get("pp_size") or 1)
+    dp = int(resolved.get("dp_size") or 1)
+    nnodes = int(resolved.get("nnodes") or 1)
+    per_node = gpus_used(resolved)
+    base = int(resolved.get("base_gpu_id") or 0)
+    step = int(resolved.get("gpu_id_step") or 1)
+    highest = base + (per_node - 1) * step
+    parts = ["tp_size %d" % tp]
+    if pp != 1:
+        parts.append("pp_size %d" % pp)
+    if dp != 1:
+        parts.append("dp_size %d%s" % (dp, " (dp attention: inside tp)" if resolved.get("enable_dp_attention") else ""))
+    explanation = " x ".join(parts)
+    if nnodes != 1:
+        explanation += " over %d nodes" % nnodes
+    if base or step != 1:
+        explanation += ", GPU ids from %d step %d" % (base, step)
+    return highest + 1, "%s = %d GPU(s) per node" % (explanation, per_node)
 
 
-def _layout_mismatch(server_args, count, allow_idle_gpus):
-    """'sglang_server_args.tp_size: ...' when the parallel sizes do not fit `count` GPUs."""
-    layout = {field: server_args[field] for field in _ARGS_PROBE.LAYOUT_FIELDS if field in server_args}
-    layout["enable_dp_attention"] = bool(server_args.get("enable_dp_attention"))
+# The ServerArgs fields that place the server on a node's GPUs (gpus_needed reads them).
+LAYOUT_FIELDS = ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
+
+
+def gpu_layout_problem(resolved, gpu_count, allow_idle_gpus=False):
+    """Why the parallel sizes do not fit a node of gpu_count GPUs, or None: the one rule for them,
+    applied to the inventory's sglang_server_args by the gpu_preflight role before anything
+    changes, and to SGLang's resolved values by sglang_service's flag check (filter
+    gpu_layout_mismatches)."""
+    needed, explanation = gpus_needed(resolved)
+    count = int(gpu_count)
+    idle = count - gpus_used(resolved)
+    if needed > count:
+        return "%s, but the node has %d GPU(s)" % (explanation, count)
+    if idle > 0 and not allow_idle_gpus:
+        # A smaller tp_size than the node's GPUs is legal but almost always a slip: the server
+        # would run on part of the hardware. Only an explicit choice deploys it.
+        return ("%s, so %d of the node's %d GPU(s) would sit idle; set sglang_allow_idle_gpus: true to deploy it "
+                "anyway" % (explanation, idle, count))
+    return None
+
+
+def gpu_layout_mismatches(layout, gpu_count, allow_idle_gpus=False, given=None):
+    """['sglang_server_args.FIELD, ...: PROBLEM'] when the parallel sizes of `layout` do not fit
+    gpu_count GPUs, else []. layout: the inventory's sglang_server_args, or the ServerArgs fields
+    SGLang resolved from them (sglang_server_args_check's `resolved`); given: the fields the
+    inventory's sglang_server_args sets, named in the line (default: those of layout)."""
+    sizes = {field: layout[field] for field in LAYOUT_FIELDS if field in layout}
+    sizes["enable_dp_attention"] = bool(layout.get("enable_dp_attention"))
     try:
-        problem = _ARGS_PROBE.gpu_layout_problem(layout, count, bool(allow_idle_gpus))
+        problem = gpu_layout_problem(sizes, gpu_count, bool(allow_idle_gpus))
     except (TypeError, ValueError):
-        return None  # not integers: the sglang role's type check names them, before this role runs
+        return []  # not integers: the sglang role's type check names them, before this rule runs
     if problem is None:
-        return None
-    named = ", ".join(f"sglang_server_args.{field}" for field in _ARGS_PROBE.LAYOUT_FIELDS if field in server_args)
-    return f"{named or 'sglang_server_args.tp_size'}: {problem}"
+        return []
+    set_fields = layout if given is None else given
+    named = ", ".join(f"sglang_server_args.{field}" for field in LAYOUT_FIELDS if field in set_fields)
+    return [f"{named or 'sglang_server_args.tp_size'}: {problem}"]
 
 
 def gpu_topology_mismatches(topology, expectations, server_args=None, allow_idle_gpus=False):
@@ -130,9 +177,8 @@ def gpu_topology_mismatches(topology, expectations, server_args=None, allow_idle
     if count != expected_count:
         out.append(f"{PREFIX}expected_gpu_count: expected {expected_count} GPUs, found {count}")
 
-    layout_problem = None if server_args is None else _layout_mismatch(server_args, count, allow_idle_gpus)
-    if layout_problem:
-        out.append(layout_problem)
+    if server_args is not None:
+        out += gpu_layout_mismatches(server_args, count, allow_idle_gpus)
 
     pattern = re.compile(str(want["gpu_name_pattern"]))
     misnamed = sorted((gpu for gpu in gpus if not pattern.search(str(gpu.get("name") or ""))),
@@ -178,4 +224,4 @@ class FilterModule:
     """sglang-canon's GPU expectation filter."""
 
     def filters(self):
-        return {"gpu_topology_mismatches": gpu_topology_mismatches}
+        return {"gpu_topology_mismatches": gpu_topology_mismatches, "gpu_layout_mismatches": gpu_layout_mismatches}

@@ -27,8 +27,9 @@ description:
     run (a listing of the folder, no hashing) and removed by the same rebuild and swap, because
     SGLang loads whatever weights the folder holds.
   - A O(source.type=dir) gives only files inside its folder; a symbolic link that leads out of it
-    is refused before anything is fetched. A source URL holding a credential (user and password
-    before the host) or a query is refused, since the URL is recorded in the folder; credentials
+    is refused before anything is fetched. A source URL is recorded in the folder, so it must hold
+    no credential (user and password before the host) or query; the sglang_models role refuses one
+    on the controller before this module is given it (filter model_source_problems); credentials
     go in O(http_headers) or O(hf_token).
   - Files are owned by root, mode 0644, folders 0755; readable by the service user, writable by root only.
   - Without O(manifest) and with O(source.type=none) it only reads the folder (an unmanaged model).
@@ -115,10 +116,6 @@ options:
     description: The inventory variable of O(path), named when the folder itself is wrong.
     type: str
     default: path
-  headers_var:
-    description: The inventory variable of O(http_headers), named when a source URL holds a credential.
-    type: str
-    default: http_headers
   inspect_tensors:
     description: Tensor names whose shapes are read from the safetensors headers (e.g. a drafter's d2t).
     type: list
@@ -237,7 +234,7 @@ from ansible.module_utils.model_manifest import (
     normalise_manifest, parse_record, quick_verdict, record_text, staging_paths, unexpected_entries,
 )
 from ansible.module_utils.model_hub import HubError, HubSource, revision_problem
-from ansible.module_utils.model_sources import DirectorySource, SourceError, make_source, source_problems
+from ansible.module_utils.model_sources import DirectorySource, SourceError, make_source
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
@@ -560,11 +557,6 @@ def unmanaged(module, path, inspect):
 def run(module):
     params = module.params
     label = params["label"]
-    # Before anything is read: a refused URL is never recorded (the role refuses it on the
-    # controller already, before any module on the node is given it).
-    problems = source_problems(params["source"], label, params["headers_var"], "sglang_models_hf_token")
-    if problems:
-        module.fail_json(msg="; ".join(problems))
     if params["source"]["type"] == "hf":
         problem = revision_problem(params["source"], label) if params["source"].get("repo") else (
             "%s: a source of type hf needs repo" % label)
@@ -679,7 +671,6 @@ def main():
             hf_python=dict(type="path", default="/opt/sglang/venv/bin/python"),
             hf_token=dict(type="str", no_log=True),
             http_headers=dict(type="dict", default={}, no_log=True),
-            headers_var=dict(type="str", default="http_headers"),
         ),
         supports_check_mode=True,
     )

@@ -27,9 +27,8 @@ description:
     and adds checks SGLang 0.5.9 lacks."
   - "Checks SGLang lacks: C(mem_fraction_static) must be in (0, 1) (SGLang 0.5.9 accepts 1.5, 0 and -0.2
     silently), C(port) in 1..65535, an absolute C(--model-path), C(--speculative-draft-model-path) or
-    C(--tokenizer-path) must exist on the node, and with O(gpu_count) the GPUs the parallel sizes need
-    (C(tp_size) x C(pp_size) x C(dp_size), C(dp_size) not counted with dp attention, divided by C(nnodes),
-    from C(base_gpu_id) by C(gpu_id_step)) must exist."
+    C(--tokenizer-path) must exist on the node. Whether the parallel sizes fit the node's GPUs is judged on
+    the controller from C(resolved) (filter C(gpu_layout_mismatches))."
   - C(--device cuda) is added when O(argv) has no C(--device), since SGLang's post-init stops with
     "No accelerator" on a node where torch sees no GPU.
   - Fails with one message listing every problem, each naming the flag (as O(argv) gives it) or the environment
@@ -58,17 +57,6 @@ options:
         and only where this does not set them.
     type: dict
     default: {}
-  gpu_count:
-    description:
-      - GPUs on the node (for example from the gpu_topology facts). When given, the GPUs the parallel sizes need
-        must exist, and all of them must be used unless O(allow_idle_gpus). When not given, both checks are skipped.
-    type: int
-  allow_idle_gpus:
-    description:
-      - Accept parallel sizes that use fewer GPUs than O(gpu_count) (the rest sit idle). Refused by default,
-        naming how many GPUs would be idle.
-    type: bool
-    default: false
   variables:
     description:
       - The inventory variables the argv and the environment were made from, each with its keys, to name the
@@ -124,7 +112,6 @@ EXAMPLES = r"""
       - "8"
     environment:
       SGLANG_ENABLE_SPEC_V2: "1"
-    gpu_count: 8
     variables:
       sglang_server_args: [model_path, speculative_algorithm, speculative_draft_model_path, speculative_num_steps,
                            speculative_eagle_topk, speculative_num_draft_tokens, tp_size]
@@ -174,7 +161,7 @@ adjusted:
   sample: {"max_running_requests": {"parsed": null, "resolved": 48}, "speculative_num_draft_tokens": {"parsed": 8, "resolved": 4}}
 errors:
   description: Every problem found, each with C(stage) (C(import), C(environment), C(parse), C(post_init),
-    C(check_server_args), C(value), C(gpu_count), C(probe)), C(flag) (the flag as argv gives it, or the variable)
+    C(check_server_args), C(value), C(probe)), C(flag) (the flag as argv gives it, or the variable)
     C(message), and C(variables) (the inventory variables behind it, from O(variables); empty when none is known).
     Empty on success.
   returned: always
@@ -275,8 +262,6 @@ def main():
             python=dict(type="path", required=True),
             argv=dict(type="list", elements="str", required=True),
             environment=dict(type="dict", default={}),
-            gpu_count=dict(type="int"),
-            allow_idle_gpus=dict(type="bool", default=False),
             variables=dict(type="dict", default={}),
             timeout=dict(type="int", default=300),
         ),
@@ -288,8 +273,7 @@ def main():
         module.fail_json(msg="SGLang's Python %s does not exist or is not executable on the node" % python,
                          resolved=None, spec_v2=False, errors=[], variables=[], sglang_warnings=[], adjusted={})
 
-    request = {"argv": [str(a) for a in params["argv"]], "gpu_count": params["gpu_count"],
-               "allow_idle_gpus": params["allow_idle_gpus"]}
+    request = {"argv": [str(a) for a in params["argv"]]}
     env = probe_environment(params["environment"])
     try:
         proc = subprocess.run(

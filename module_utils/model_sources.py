@@ -7,8 +7,9 @@ offset, which is how an interrupted fetch is resumed (HTTP: a Range request).
 
 What a source may not do: a dir source gives only files inside its folder (a symbolic link that
 leads out of it, to /etc/shadow say, is refused: the copy would be readable by every local user),
-and a source URL holds no credential (it is recorded on the node: the model folder's record,
-production_v2.md, the journal's module invocations); credentials travel in headers of their own.
+and credentials travel in headers of their own. That a source URL holds no credential is the
+sglang_models role's refusal, on the controller, before any module is given the URL
+(filter_plugins/model_source_problems.py).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,43 +29,6 @@ MAX_REDIRECTS = 10
 
 class SourceError(Exception):
     """A source that cannot give a file, naming the source and the file."""
-
-
-def url_problems(url, variable, credentials_var):
-    """Refusals of a source URL, naming ``variable``; never quoting the URL, which may hold a secret.
-
-    A user name or password (https://user:token@host) would be written wherever the URL is
-    recorded, so it is refused with a pointer to ``credentials_var``; a query or fragment too (a
-    signed query is a credential as well, and file paths are appended to the URL's path).
-    """
-    try:
-        parts = urlsplit(url)
-        parts.port  # pylint: disable=pointless-statement  # raises ValueError for a port out of range
-    except ValueError as exc:
-        return ["%s: expected an http:// or https:// URL, it does not parse (%s)" % (variable, exc)]
-    problems = []
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.append("%s: expected an http:// or https:// URL with a host" % variable)
-    if parts.username is not None or parts.password is not None:
-        problems.append("%s holds a credential (a user name or password before the host, user:password@): the URL "
-                        "is recorded on the node (the model folder's .sglang-model.json, production_v2.md, the "
-                        "journal), so give it without one and put the credential in %s (from ansible-vault, "
-                        "never recorded), e.g. {Authorization: Basic BASE64(user:password)}" % (variable, credentials_var))
-    if parts.query or parts.fragment:
-        problems.append("%s: expected a base URL without a query or fragment (each file's path is appended to it, "
-                        "and a signed query is a credential that would be recorded on the node); put a credential "
-                        "in %s" % (variable, credentials_var))
-    return problems
-
-
-def source_problems(spec, label, headers_var, token_var):
-    """Refusals of a source's URLs (an http source's url, an hf source's endpoint), before any fetch."""
-    spec = spec or {}
-    if spec.get("type") == "http" and spec.get("url"):
-        return url_problems(str(spec["url"]), label + ".url", headers_var)
-    if spec.get("type") == "hf" and spec.get("endpoint"):
-        return url_problems(str(spec["endpoint"]), label + ".endpoint", token_var)
-    return []
 
 
 def same_origin(url, other):

@@ -21,8 +21,9 @@ What it does, in SGLang's own code wherever SGLang has code for it:
      cuda` is added when argv has no --device (else post-init fails with "No accelerator"
      on a node without a GPU); then ServerArgs.check_server_args(), which the engine runs
      at launch;
-  4. adds the checks SGLang 0.5.9 lacks: mem_fraction_static in (0, 1), port in 1..65535,
-     and the GPUs the parallel sizes need against gpu_count.
+  4. adds the checks SGLang 0.5.9 lacks: mem_fraction_static in (0, 1), port in 1..65535.
+The GPUs the parallel sizes need are judged on the controller from the resolved values it
+returns (filter_plugins/gpu_expectations.py, gpu_layout_mismatches).
 """
 
 from __future__ import annotations
@@ -254,64 +255,10 @@ def check_environment(os_environ, envs_class, env_field_class):
     return errors, warnings
 
 
-def gpus_used(resolved):
-    """How many GPUs of one node the parallel sizes use, SGLang's layout: dp replicas of tp x pp
-    GPUs each (dp attention shares the tp GPUs), split over nnodes."""
-    tp = int(resolved.get("tp_size") or 1)
-    pp = int(resolved.get("pp_size") or 1)
-    dp = int(resolved.get("dp_size") or 1)
-    nnodes = int(resolved.get("nnodes") or 1)
-    dp_factor = 1 if resolved.get("enable_dp_attention") else dp
-    return max(1, -(-(tp * pp * dp_factor) // nnodes))
-
-
-def gpus_needed(resolved):
-    """(count, explanation) of the GPU indexes the parallel sizes use on one node (gpus_used,
-    from base_gpu_id by gpu_id_step)."""
-    tp = int(resolved.get("tp_size") or 1)
-    pp = int(resolved.get("pp_size") or 1)
-    dp = int(resolved.get("dp_size") or 1)
-    nnodes = int(resolved.get("nnodes") or 1)
-    per_node = gpus_used(resolved)
-    base = int(resolved.get("base_gpu_id") or 0)
-    step = int(resolved.get("gpu_id_step") or 1)
-    highest = base + (per_node - 1) * step
-    parts = ["tp_size %d" % tp]
-    if pp != 1:
-        parts.append("pp_size %d" % pp)
-    if dp != 1:
-        parts.append("dp_size %d%s" % (dp, " (dp attention: inside tp)" if resolved.get("enable_dp_attention") else ""))
-    explanation = " x ".join(parts)
-    if nnodes != 1:
-        explanation += " over %d nodes" % nnodes
-    if base or step != 1:
-        explanation += ", GPU ids from %d step %d" % (base, step)
-    return highest + 1, "%s = %d GPU(s) per node" % (explanation, per_node)
-
-
-# The ServerArgs fields that place the server on a node's GPUs (gpus_needed reads them).
-LAYOUT_FIELDS = ("tp_size", "pp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
-
-
-def gpu_layout_problem(resolved, gpu_count, allow_idle_gpus=False):
-    """Why the parallel sizes do not fit a node of gpu_count GPUs, or None: the one rule for them,
-    applied to SGLang's resolved values here and to the inventory's sglang_server_args by the
-    gpu_preflight role (filter_plugins/gpu_expectations.py), before anything changes."""
-    needed, explanation = gpus_needed(resolved)
-    count = int(gpu_count)
-    idle = count - gpus_used(resolved)
-    if needed > count:
-        return "%s, but the node has %d GPU(s)" % (explanation, count)
-    if idle > 0 and not allow_idle_gpus:
-        # A smaller tp_size than the node's GPUs is legal but almost always a slip: the server
-        # would run on part of the hardware. Only an explicit choice deploys it.
-        return ("%s, so %d of the node's %d GPU(s) would sit idle; set sglang_allow_idle_gpus: true to deploy it "
-                "anyway" % (explanation, idle, count))
-    return None
-
-
-def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
-    """What SGLang 0.5.9 accepts silently but cannot work, or would leave GPUs idle."""
+def own_checks(resolved, flags):
+    """What SGLang 0.5.9 accepts silently but cannot work. Whether the parallel sizes fit the
+    node's GPUs is judged on the controller, from the resolved values this probe returns (filter
+    gpu_layout_mismatches, the rule's one place)."""
     errors = []
     mem = resolved.get("mem_fraction_static")
     if mem is not None and not (0 < float(mem) < 1):
@@ -322,12 +269,6 @@ def own_checks(resolved, gpu_count, flags, allow_idle_gpus=False):
     if port is not None and not (1 <= int(port) <= 65535):
         errors.append({"stage": "value", "flag": flags.shown("port"),
                        "message": "port %s is not a TCP port (1..65535); SGLang 0.5.9 accepts it until it binds" % port})
-    if gpu_count is not None:
-        problem = gpu_layout_problem(resolved, gpu_count, allow_idle_gpus)
-        if problem:
-            named = [flags.given(f) for f in LAYOUT_FIELDS]
-            flag = ", ".join(n for n in named if n) or flags.primary("tp_size")
-            errors.append({"stage": "gpu_count", "flag": flag, "message": problem})
     return errors
 
 
@@ -352,7 +293,6 @@ def run(request):
     import warnings
 
     argv = [str(a) for a in request.get("argv") or []]
-    gpu_count = request.get("gpu_count")
     result = {"ok": False, "errors": [], "warnings": [], "resolved": None, "adjusted": {},
               "argv_checked": None, "device_added": False, "sglang_version": None}
     environment = {k: v for k, v in os.environ.items() if k.startswith("SGLANG_") or k.startswith("SGL_")}
@@ -493,7 +433,7 @@ def run(request):
         for name, value in parsed.items():
             if name in resolved and _jsonable(value) != resolved[name]:
                 result["adjusted"][name] = {"parsed": _jsonable(value), "resolved": resolved[name]}
-        result["errors"].extend(own_checks(resolved, gpu_count, flags, bool(request.get("allow_idle_gpus"))))
+        result["errors"].extend(own_checks(resolved, flags))
 
     result["ok"] = not result["errors"]
     return result

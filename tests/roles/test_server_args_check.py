@@ -56,13 +56,8 @@ def with_flag(argv, flag, value):
     return argv
 
 
-def run_check(check_module, capsys, python, argv, environment=None, gpu_count=None, check_mode=False,
-              allow_idle_gpus=None, variables=None):
+def run_check(check_module, capsys, python, argv, environment=None, check_mode=False, variables=None):
     args = {"python": python, "argv": argv, "environment": environment or {}, "_ansible_check_mode": check_mode}
-    if allow_idle_gpus is not None:
-        args["allow_idle_gpus"] = allow_idle_gpus
-    if gpu_count is not None:
-        args["gpu_count"] = gpu_count
     if variables is not None:
         args["variables"] = variables
     with patch_module_args(args):
@@ -80,7 +75,7 @@ def flags_of(result, stage=None):
 # --------------------------------------------------------------------------- accepted
 
 def test_canonical_argv_with_spec_v2_is_accepted_in_check_mode(check_module, capsys, parser_python):
-    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=8, check_mode=True)
+    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2, check_mode=True)
     assert result["_rc"] == 0 and not result.get("failed"), result.get("msg")
     assert result["changed"] is False
     resolved = result["resolved"]
@@ -107,7 +102,7 @@ def test_canonical_argv_with_spec_v2_is_accepted_in_check_mode(check_module, cap
 def test_spec_v2_off_accepts_topk_4_and_sglang_adjusts_draft_tokens(check_module, capsys, parser_python):
     """Without spec v2 SGLang takes topk 4; with topk 1 it resets num-draft-tokens to steps + 1."""
     argv = with_flag(with_flag(CANONICAL, "--speculative-eagle-topk", "4"), "--speculative-num-draft-tokens", "8")
-    result = run_check(check_module, capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "false"}, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "false"})
     assert result["_rc"] == 0, result.get("msg")
     assert result["spec_v2"] is False and result["resolved"]["disable_overlap_schedule"] is True
     assert result["resolved"]["speculative_eagle_topk"] == 4
@@ -125,7 +120,7 @@ def test_parse_errors_are_all_listed_each_naming_its_flag(check_module, capsys, 
     """argparse stops at the first bad value; the check lists unknown flags, bad types and choices together."""
     argv = with_flag(with_flag(CANONICAL, "--tp-size", "eight"), "--speculative-algorithm", "EAGLE9")
     argv += ["--speculative-eagle-top-k", "1"]
-    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2)
     assert result["_rc"] == 1 and result["failed"] is True
     assert sorted(flags_of(result, "parse")) == ["--speculative-algorithm EAGLE9", "--speculative-eagle-top-k 1",
                                                  "--tp-size eight"]
@@ -138,7 +133,7 @@ def test_parse_errors_are_all_listed_each_naming_its_flag(check_module, capsys, 
 
 def test_topk_above_1_with_spec_v2_is_refused_with_sglangs_own_message(check_module, capsys, parser_python):
     argv = with_flag(CANONICAL, "--speculative-eagle-topk", "4")
-    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "post_init"
@@ -149,7 +144,7 @@ def test_topk_above_1_with_spec_v2_is_refused_with_sglangs_own_message(check_mod
 
 
 def test_spec_v2_spelling_sglang_would_silently_ignore_is_refused(check_module, capsys, parser_python):
-    result = run_check(check_module, capsys, parser_python, CANONICAL, {"SGLANG_ENABLE_SPEC_V2": "on"}, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, CANONICAL, {"SGLANG_ENABLE_SPEC_V2": "on"})
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "environment" and error["flag"] == "SGLANG_ENABLE_SPEC_V2=on"
@@ -161,13 +156,18 @@ def test_spec_v2_spelling_sglang_would_silently_ignore_is_refused(check_module, 
     assert any("Invalid value for SGLANG_ENABLE_SPEC_V2" in w for w in result["sglang_warnings"])
 
 
-def test_tp_8_on_a_node_with_7_gpus_is_refused(check_module, capsys, parser_python):
-    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2, gpu_count=7)
-    assert result["_rc"] == 1
-    (error,) = result["errors"]
-    assert error == {"stage": "gpu_count", "flag": "--tp-size 8", "variables": [],
-                     "message": "tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)"}
-    assert result["resolved"]["tp_size"] == 8  # SGLang itself resolved it fine
+# Whether the parallel sizes fit the node's GPUs is judged on the controller, from the values
+# SGLang resolved (sglang_service's tasks/check_parser.yml, filter gpu_layout_mismatches).
+@pytest.fixture(scope="module")
+def layout_mismatches(project_module):
+    return project_module("filter_plugins/gpu_expectations.py").gpu_layout_mismatches
+
+
+def test_tp_8_on_a_node_with_7_gpus_is_refused(check_module, capsys, parser_python, layout_mismatches):
+    result = run_check(check_module, capsys, parser_python, CANONICAL, SPEC_V2)
+    assert result["_rc"] == 0 and result["resolved"]["tp_size"] == 8  # SGLang itself resolved it fine
+    assert layout_mismatches(result["resolved"], 7, False, ["model_path", "tp_size"]) == [
+        "sglang_server_args.tp_size: tp_size 8 = 8 GPU(s) per node, but the node has 7 GPU(s)"]
 
 
 def test_each_refusal_names_the_inventory_variable_behind_it(check_module, capsys, parser_python):
@@ -176,7 +176,7 @@ def test_each_refusal_names_the_inventory_variable_behind_it(check_module, capsy
     variables = {"sglang_server_args": ["model_path", "tp_size", "speculative_eagle_topk", "port"],
                  "sglang_service_environment": ["SGLANG_ENABLE_SPEC_V2"]}
     result = run_check(check_module, capsys, parser_python, argv, {"SGLANG_ENABLE_SPEC_V2": "on", "NCCL_PROTO": "LL"},
-                       gpu_count=8, variables=variables)
+                       variables=variables)
     assert result["_rc"] == 1
     named = {error["flag"]: error["variables"] for error in result["errors"]}
     assert named["--tp-size eight"] == ["sglang_server_args.tp_size"]
@@ -186,23 +186,20 @@ def test_each_refusal_names_the_inventory_variable_behind_it(check_module, capsy
     assert "NCCL_PROTO" not in result["variables"]  # accepted: not named
 
 
-def test_tp_4_on_a_node_with_8_gpus_is_refused_naming_the_idle_gpus_unless_allowed(check_module, capsys, parser_python):
+def test_tp_4_on_a_node_with_8_gpus_is_refused_naming_the_idle_gpus_unless_allowed(check_module, capsys, parser_python,
+                                                                                    layout_mismatches):
     argv = with_flag(CANONICAL, "--tp-size", "4")
-    refused = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
-    assert refused["_rc"] == 1
-    (error,) = refused["errors"]
-    assert error == {"stage": "gpu_count", "flag": "--tp-size 4", "variables": [],
-                     "message": "tp_size 4 = 4 GPU(s) per node, so 4 of the node's 8 GPU(s) would sit idle; "
-                                "set sglang_allow_idle_gpus: true to deploy it anyway"}
-
-    allowed = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8, allow_idle_gpus=True)
-    assert allowed["_rc"] == 0 and not allowed["errors"], allowed.get("msg")
+    resolved = run_check(check_module, capsys, parser_python, argv, SPEC_V2)["resolved"]
+    assert layout_mismatches(resolved, 8, False, ["model_path", "tp_size"]) == [
+        "sglang_server_args.tp_size: tp_size 4 = 4 GPU(s) per node, so 4 of the node's 8 GPU(s) would sit idle; "
+        "set sglang_allow_idle_gpus: true to deploy it anyway"]
+    assert layout_mismatches(resolved, 8, True, ["model_path", "tp_size"]) == []
 
 
 def test_mem_fraction_static_outside_0_1_is_refused_by_our_own_check(check_module, capsys, parser_python):
     """SGLang 0.5.9 resolves --mem-fraction-static 1.5 without a word: only the extra check catches it."""
     argv = with_flag(CANONICAL, "--mem-fraction-static", "1.5")
-    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "value" and error["flag"] == "--mem-fraction-static 1.5"
@@ -211,7 +208,7 @@ def test_mem_fraction_static_outside_0_1_is_refused_by_our_own_check(check_modul
 
 def test_missing_model_folder_is_refused_before_transformers_looks_online(check_module, capsys, parser_python, tmp_path):
     argv = with_flag(CANONICAL, "--speculative-draft-model-path", str(tmp_path / "no-such-draft"))
-    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2, gpu_count=8)
+    result = run_check(check_module, capsys, parser_python, argv, SPEC_V2)
     assert result["_rc"] == 1
     (error,) = result["errors"]
     assert error["stage"] == "value"

@@ -106,13 +106,31 @@ def test_the_parallel_sizes_must_fit_the_gpus(mismatches, topology, server_args,
     assert mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args=server_args) == [message]
 
 
-def test_the_same_rule_as_the_server_flag_check(mismatches, topology, project_module):
-    # One rule, applied early to the inventory and later to SGLang's resolved values.
-    probe = project_module("module_utils/sglang_args_probe.py")
+def test_the_same_rule_judges_the_values_sglang_resolved(mismatches, topology, project_module):
+    # One rule, applied early to the inventory and later, by sglang_service's flag check, to the
+    # ServerArgs fields SGLang resolved from it, naming the fields the inventory set.
+    layout_mismatches = project_module("filter_plugins/gpu_expectations.py").gpu_layout_mismatches
+    resolved_defaults = {"tp_size": 1, "pp_size": 1, "dp_size": 1, "nnodes": 1, "base_gpu_id": 0, "gpu_id_step": 1,
+                         "enable_dp_attention": False, "mem_fraction_static": 0.8}
     for layout in ({"tp_size": 3}, {"tp_size": 2, "dp_size": 4}, {"tp_size": 4, "pp_size": 4}, {"tp_size": 8}):
-        problem = probe.gpu_layout_problem(layout, 8)
         found = mismatches(topology("rtx-pro-6000-8x"), CANONICAL, server_args=layout)
-        assert [line.split(": ", 1)[1] for line in found] == ([problem] if problem else [])
+        resolved = {**resolved_defaults, **layout}
+        assert layout_mismatches(resolved, 8, False, [*layout, "model_path"]) == found
+    assert layout_mismatches({**resolved_defaults, "tp_size": 4}, 8, True, ["tp_size"]) == []
+
+
+@pytest.mark.parametrize("resolved, gpus, explanation", [
+    ({"tp_size": 8}, 8, "tp_size 8 = 8 GPU(s) per node"),
+    ({"tp_size": 4, "pp_size": 2}, 8, "tp_size 4 x pp_size 2 = 8 GPU(s) per node"),
+    ({"tp_size": 2, "dp_size": 4}, 8, "tp_size 2 x dp_size 4 = 8 GPU(s) per node"),
+    ({"tp_size": 8, "dp_size": 8, "enable_dp_attention": True}, 8,
+     "tp_size 8 x dp_size 8 (dp attention: inside tp) = 8 GPU(s) per node"),
+    ({"tp_size": 16, "nnodes": 2}, 8, "tp_size 16 over 2 nodes = 8 GPU(s) per node"),
+    ({"tp_size": 2, "base_gpu_id": 6}, 8, "tp_size 2, GPU ids from 6 step 1 = 2 GPU(s) per node"),
+    ({"tp_size": 2, "base_gpu_id": 7}, 9, "tp_size 2, GPU ids from 7 step 1 = 2 GPU(s) per node"),
+])
+def test_gpus_needed(resolved, gpus, explanation, project_module):
+    assert project_module("filter_plugins/gpu_expectations.py").gpus_needed(resolved) == (gpus, explanation)
 
 
 @pytest.mark.parametrize("server_args", [{"tp_size": 8}, {"tp_size": "8"}, {"tp_size": 2, "dp_size": 4},

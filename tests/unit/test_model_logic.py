@@ -150,6 +150,12 @@ def sources(project_module):
     return project_module("module_utils/model_sources.py", as_name="ansible.module_utils.model_sources")
 
 
+@pytest.fixture(scope="module")
+def source_rule(project_module):
+    """The refusal of source URLs: the controller's filter alone (the module does not check again)."""
+    return project_module("filter_plugins/model_source_problems.py")
+
+
 @pytest.mark.parametrize("url, problem", [
     ("https://mirror.internal/models/target", None),
     ("http://10.0.0.5:8080/models", None),
@@ -161,8 +167,8 @@ def sources(project_module):
     ("https:///models", "expected an http:// or https:// URL with a host"),
     ("https://mirror.internal:99999/models", "does not parse"),
 ])
-def test_a_source_url_holds_no_credential_and_the_refusal_never_quotes_it(sources, url, problem):
-    problems = sources.url_problems(url, "sglang_models_target_source.url", "sglang_models_target_http_headers")
+def test_a_source_url_holds_no_credential_and_the_refusal_never_quotes_it(source_rule, url, problem):
+    problems = source_rule.url_problems(url, "sglang_models_target_source.url", "sglang_models_target_http_headers")
     if problem is None:
         assert problems == []
         return
@@ -173,9 +179,9 @@ def test_a_source_url_holds_no_credential_and_the_refusal_never_quotes_it(source
         assert "sglang_models_target_http_headers" in problems[0]
 
 
-def test_source_problems_check_the_http_url_and_the_hub_endpoint(sources):
+def test_source_problems_check_the_http_url_and_the_hub_endpoint(source_rule):
     def problems(spec):
-        return sources.source_problems(spec, "sglang_models_draft_source", "sglang_models_draft_http_headers",
+        return source_rule.source_problems(spec, "sglang_models_draft_source", "sglang_models_draft_http_headers",
                                        "sglang_models_hf_token")
     assert problems({"type": "hf", "repo": "o/n", "endpoint": "https://u:t@hub.internal"})[0].startswith(
         "sglang_models_draft_source.endpoint holds a credential")

@@ -58,20 +58,6 @@ def test_probe_source_is_shipped_from_module_utils(check_module):
     compile(source, "probe", "exec")
 
 
-@pytest.mark.parametrize("resolved, gpus, explanation", [
-    ({"tp_size": 8}, 8, "tp_size 8 = 8 GPU(s) per node"),
-    ({"tp_size": 4, "pp_size": 2}, 8, "tp_size 4 x pp_size 2 = 8 GPU(s) per node"),
-    ({"tp_size": 2, "dp_size": 4}, 8, "tp_size 2 x dp_size 4 = 8 GPU(s) per node"),
-    ({"tp_size": 8, "dp_size": 8, "enable_dp_attention": True}, 8,
-     "tp_size 8 x dp_size 8 (dp attention: inside tp) = 8 GPU(s) per node"),
-    ({"tp_size": 16, "nnodes": 2}, 8, "tp_size 16 over 2 nodes = 8 GPU(s) per node"),
-    ({"tp_size": 2, "base_gpu_id": 6}, 8, "tp_size 2, GPU ids from 6 step 1 = 2 GPU(s) per node"),
-    ({"tp_size": 2, "base_gpu_id": 7}, 9, "tp_size 2, GPU ids from 7 step 1 = 2 GPU(s) per node"),
-])
-def test_gpus_needed(resolved, gpus, explanation, probe):
-    assert probe.gpus_needed(resolved) == (gpus, explanation)
-
-
 @pytest.mark.parametrize("message, argv, flag, rest", [
     ("argument --tensor-parallel-size/--tp-size: invalid int value: 'eight'",
      ["--tp-size", "8", "--tp-size", "eight", "--port", "1"], "--tp-size eight", ["--tp-size", "8", "--port", "1"]),
