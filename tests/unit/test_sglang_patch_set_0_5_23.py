@@ -123,7 +123,8 @@ def test_set_yml_accounts_for_every_patch_of_the_0_5_9_set():
     # Each 0.5.9 patch is ported under its own name or declared obsolete, never both.
     assert sorted(meta["patches"] + list(meta["obsolete"])) == origin["patches"]
     for rule in meta["obsolete"].values():
-        assert set(rule) == {"file", "contains", "why"} and all(isinstance(v, str) and v for v in rule.values())
+        assert {"file", "why"} < set(rule) <= {"file", "contains", "lacks", "why"}, rule
+        assert all(isinstance(v, str) and v for v in rule.values())
 
 
 def test_the_0_5_9_patches_do_not_apply_to_0_5_23(wheel):
@@ -135,17 +136,25 @@ def test_the_0_5_9_patches_do_not_apply_to_0_5_23(wheel):
                 ud.apply_patches(data, path, [patch])
 
 
+def _rule_holds(rule, data):
+    """The upgrade report's reading of an obsolete rule: `file` holds `contains` and lacks `lacks`."""
+    return (rule.get("contains", "").encode() in data) and not ("lacks" in rule and rule["lacks"].encode() in data)
+
+
 def test_obsolete_rule_holds_on_0_5_23_and_not_on_0_5_9(wheel):
     rule = _meta(SET_DIR)["obsolete"]["0001-strict-sglang-enable-spec-v2.patch"]
-    assert rule["contains"].encode() in _pristine(wheel, [rule["file"]])[rule["file"]]
-    assert rule["contains"].encode() not in _pristine(_wheel("0.5.9"), [rule["file"]])[rule["file"]]
+    assert _rule_holds(rule, _pristine(wheel, [rule["file"]])[rule["file"]])
+    assert not _rule_holds(rule, _pristine(_wheel("0.5.9"), [rule["file"]])[rule["file"]])
 
 
-def test_0_5_23_reads_sglang_enable_spec_v2_nowhere_while_0_5_9_does(wheel):
-    """What makes 0001 obsolete: no file of the 0.5.23 wheel names the variable 0001 makes strict."""
+def test_0_5_23_reads_sglang_enable_spec_v2_nowhere_and_always_runs_the_v2_worker(wheel):
+    """What makes 0001 obsolete: no file of the 0.5.23 wheel names the variable 0001 makes strict,
+    and EAGLE/EAGLE3 pick the V2 worker unconditionally; 0.5.9 read it and picked by it."""
     with zipfile.ZipFile(wheel) as zf:
         naming = [n for n in zf.namelist() if n.endswith(".py") and b"SGLANG_ENABLE_SPEC_V2" in zf.read(n)]
+        spec_info = zf.read("sglang/srt/speculative/spec_info.py")
     assert naming == []
+    assert b"# EAGLE / EAGLE3 / STANDALONE / MULTI_LAYER always use the V2 worker," in spec_info
     assert b"SGLANG_ENABLE_SPEC_V2 = EnvBool(False)" in _pristine(_wheel("0.5.9"), ["sglang/srt/environ.py"])[
         "sglang/srt/environ.py"
     ]
