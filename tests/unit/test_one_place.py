@@ -10,11 +10,10 @@
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PLUGINS = sorted([*REPO.glob("filter_plugins/*.py"), *REPO.glob("lookup_plugins/*.py"),
                   *REPO.glob("roles/*/filter_plugins/*.py")])
 # Loading a file by path, or making module_utils/ importable by editing the search path.
