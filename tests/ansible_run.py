@@ -1,17 +1,17 @@
-"""Run playbooks the way an operator does, and read the result from ansible-runner's stats."""
+"""Run playbooks the way an operator does, and read the result from ansible-runner's stats: the one
+playbook runner of the tests (tests/lint/test_test_helpers.py keeps others out)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import tempfile
-from pathlib import Path
 
 import ansible_runner
 
-REPO = Path(__file__).resolve().parent.parent
+from project_modules import REPO, VENV_BIN
+
 TESTNODE_INVENTORY_VARS = REPO / "inventory" / "testnode"
-VENV_BIN = REPO / ".venv" / "bin"
 
 
 @dataclasses.dataclass
@@ -106,11 +106,14 @@ class PlaybookResult:
         return messages
 
 
-def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, tags=None, limit=None, envvars=None):
-    """Run a playbook of this repo against an inventory file with ansible-runner.
+def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, tags=None, limit=None, envvars=None,
+                 testnode_vars=True):
+    """Run a playbook (a path from the repository root, or an absolute one) against an inventory file
+    with ansible-runner, under the project's ansible.cfg and venv.
 
-    The test node's own variables (inventory/testnode/) are always layered under the given
-    inventory, as `ansible-playbook site.yml` does through ansible.cfg.
+    The test node's own variables (inventory/testnode/) are layered under the given inventory, as
+    `ansible-playbook site.yml` does through ansible.cfg; a roles-tier test whose inventory is a
+    world of its own on localhost passes testnode_vars=False.
     """
     cmdline = []
     if check:
@@ -122,7 +125,7 @@ def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, t
             private_data_dir=private,
             project_dir=str(REPO),
             playbook=str(REPO / playbook),
-            inventory=[str(TESTNODE_INVENTORY_VARS), str(inventory)],
+            inventory=[str(TESTNODE_INVENTORY_VARS), str(inventory)] if testnode_vars else [str(inventory)],
             extravars=extravars or {},
             tags=",".join(tags) if tags else None,
             limit=limit,

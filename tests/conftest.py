@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import node_state  # noqa: E402  pylint: disable=wrong-import-position
 import project_modules  # noqa: E402  pylint: disable=wrong-import-position
+from project_modules import REPO  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position
 from parser_venv import ensure_parser_venv  # noqa: E402  pylint: disable=wrong-import-position
 from testnodes import NodeSet  # noqa: E402  pylint: disable=wrong-import-position
@@ -58,7 +57,7 @@ _LAST_ON_THE_FLEET = pytest.StashKey[bool]()
 
 
 def _relative(item):
-    return item.path.resolve().relative_to(TESTS).as_posix()
+    return item.path.resolve().relative_to(REPO / "tests").as_posix()
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks

@@ -6,14 +6,10 @@ them with the same filter (filter_plugins/sglang_argv.py) instead of restating v
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jinja2
 import jinja2.nativetypes
 import yaml
-
-REPO = Path(__file__).resolve().parent.parent
+from project_modules import REPO, load
 
 
 def _load(path):
@@ -21,10 +17,7 @@ def _load(path):
 
 
 def _filters():
-    spec = importlib.util.spec_from_file_location("sglang_argv", REPO / "filter_plugins" / "sglang_argv.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("filter_plugins/sglang_argv.py")
 
 
 def testnode_vars(overrides=None):

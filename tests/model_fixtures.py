@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 DOUBLE = REPO / "tests" / "double"
 
 

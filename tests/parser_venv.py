@@ -18,9 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 REQUIREMENTS = REPO / "tests" / "wheelhouse" / "parser-requirements.txt"
 PARSER_VENV = REPO / ".cache" / "parser-venv"

@@ -1,8 +1,10 @@
-"""Project files (filters, modules, scripts) loaded as Python modules by their path: the one loader of the tests.
+"""Where the project is, and its files (filters, modules, scripts) loaded as Python modules by
+their path: the one REPO and the one loader of the tests.
 
 Plugins and role scripts are not packages, so tests load them by path: through the session
-fixture project_module (tests/conftest.py), or, for the few parametrize lists built while pytest
-collects (before any fixture exists), through load() directly.
+fixture project_module (tests/conftest.py), or, for module-level constants and the parametrize
+lists built while pytest collects (before any fixture exists), through load() directly.
+tests/lint/test_test_helpers.py keeps test files from defining their own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = REPO / ".venv" / "bin"
 _LOADED = {}
 
 
@@ -21,7 +24,7 @@ def load(relative_path, as_name=None):
     and name. A source loader also takes scripts without a .py suffix (scripts/build-wheelhouse).
     `as_name` also registers it in sys.modules under that name, e.g. the ansible.module_utils name
     a module imports it by at run time."""
-    key = (relative_path, as_name)
+    key = (str(relative_path), as_name)
     if key not in _LOADED:
         path = REPO / relative_path
         loader = importlib.machinery.SourceFileLoader(as_name or path.stem.replace("-", "_"), str(path))

@@ -7,8 +7,8 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 TESTNODE = REPO / "tests" / "testnode"
 
 from testnode_lib.util import SSH_COMMON_ARGS  # noqa: E402  pylint: disable=wrong-import-position

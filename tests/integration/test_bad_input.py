@@ -10,14 +10,13 @@ unit, /etc/sglang/*.env, the patched files, the patch manifest, ...).
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
 import expected
 import node_state
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if p.is_dir())
 SQUATTER = "sglang-canon-test-port-squatter"
 SQUATTED_PORT = 30001

@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 STATE = "/var/lib/sglang-canon/benchmark"
 MARKER = f"{STATE}/temporary-configuration.json"

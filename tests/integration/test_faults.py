@@ -12,13 +12,12 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import node_state
 import pytest
 from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 
 

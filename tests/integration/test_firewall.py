@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_run import run_playbook
+from project_modules import REPO
 
 TAGS = ["sglang_firewall"]
 WORKER_PORT = 30000
@@ -265,7 +266,7 @@ def test_a_rule_deleted_by_hand_is_reported_by_the_drift_scan_and_put_back_by_on
 def test_bad_input_is_refused_before_any_change(fleet):
     # A worker port that is SSH's, a monitor port that is another SSH port of the node, and a
     # gateway that is a name, not an address.
-    defaults = yaml.safe_load((Path(__file__).parents[2] / "roles/sglang/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((REPO / "roles/sglang/defaults/main.yml").read_text())
     # (A name in sglang_firewall_gateway_addresses is refused earlier, by play 1's format check:
     # see the end of this test. A host's sglang_firewall_address is the firewall's own to check.)
     extra = {

@@ -16,14 +16,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
 
 from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TEST_GATEWAY_ARGS = yaml.safe_load(
     (REPO / "inventory/testnode/group_vars/sglang_gateways.yml").read_text())["sglang_gateway_args"]
 SERVICE = "sglang-gateway.service"

@@ -15,8 +15,8 @@ from pathlib import Path
 import node_state
 import pytest
 from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from model_fixtures import MirrorProcess, make_models  # noqa: E402  pylint: disable=wrong-import-position

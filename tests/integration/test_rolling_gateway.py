@@ -32,7 +32,6 @@ import difflib
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -41,8 +40,9 @@ from ansible_run import run_playbook
 from gateway_client import DeployedGateway
 from gateway_fleet import FLEET_SERVER_ENVIRONMENT as BASE_ENVIRONMENT
 from gateway_fleet import fleet_inventory
+from project_modules import REPO
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 from gateway_load import LoadRun, Target  # noqa: E402  pylint: disable=wrong-import-position,wrong-import-order
 
 CLIENTS = 16

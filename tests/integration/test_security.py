@@ -12,14 +12,13 @@ import secrets
 import shutil
 import socket
 import subprocess
-from pathlib import Path
 
 import expected
 import node_state
 import pytest
 from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 PORT = expected.testnode_vars()["sglang_server_args"]["port"]
 MAX_EXPOSURE = 3.0

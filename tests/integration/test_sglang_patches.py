@@ -12,8 +12,9 @@ import types
 from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-SET = Path(__file__).resolve().parents[2] / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
+SET = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
 ENVIRON = "sglang/srt/environ.py"
 WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
 TAGS = ["sglang_patches"]

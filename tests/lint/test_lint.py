@@ -1,9 +1,8 @@
 """Lint tier: yamllint and ansible-lint's production profile over the whole project."""
 
 import subprocess
-from pathlib import Path
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 
 

@@ -2,9 +2,8 @@
 
 import os
 import subprocess
-from pathlib import Path
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 # The project's filters and the role-local ones (roles/NAME/filter_plugins), each with NAME.yml docs.
 FILTER_DIRS = [REPO / "filter_plugins", *sorted(REPO.glob("roles/*/filter_plugins"))]
 CALLBACK_DIR = REPO / "callback_plugins"

@@ -7,11 +7,10 @@ when another role, a playbook or site.yml reads it, or when the role's README li
 """
 
 import re
-from pathlib import Path
 
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 SET_FACT = ("ansible.builtin.set_fact", "ansible.legacy.set_fact", "set_fact")
 SET_FACT_ARGUMENTS = {"cacheable"}

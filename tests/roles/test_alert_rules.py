@@ -8,18 +8,15 @@ should not). The watchdog's textfile (the producer of the sglang_watchdog_* seri
 scripts/fetch-monitoring-debs into .cache/promtool/ (scripts/setup runs it).
 """
 
-import importlib.machinery
-import importlib.util
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from project_modules import REPO, load
 
-REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_monitoring"
 PROMTOOL = REPO / ".cache" / "promtool" / "promtool"
 RULES_TEST = REPO / "tests" / "roles" / "monitoring" / "rules_test.yml"
@@ -33,11 +30,7 @@ def promtool():
 
 
 def _role_filters():
-    loader = importlib.machinery.SourceFileLoader("sglang_monitoring_filters",
-                                                  str(ROLE / "filter_plugins" / "sglang_monitoring.py"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(module)
-    return module.FilterModule().filters()
+    return load(ROLE.relative_to(REPO) / "filter_plugins" / "sglang_monitoring.py").FilterModule().filters()
 
 
 def render_rules(**overrides):
@@ -149,9 +142,7 @@ def test_the_injection_of_issue_38_would_pass_promtool_unnoticed(tmp_path):
 
 def _watchdog_textfiles():
     """What the watchdog writes for the textfile collector after a good, a failed and a skipped probe."""
-    loader = importlib.machinery.SourceFileLoader("sglang_watchdog_program", str(WATCHDOG))
-    wd = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(wd)
+    wd = load(WATCHDOG.relative_to(REPO))
     texts = []
     for probe_ok, unit_state in ((True, "active"), (False, "active"), (None, "inactive")):
         action, state, _ = wd.decide(wd.empty_state(), 1000.0, unit_state=unit_state, main_pid=1, locked=False,

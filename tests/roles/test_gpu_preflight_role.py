@@ -6,16 +6,13 @@ that matching hosts pass, mismatching hosts fail with one message naming every m
 host's failure does not stop another.
 """
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-import ansible_runner
+from ansible_run import run_playbook
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DOUBLE_BIN = REPO / "tests" / "double" / "bin"
 
 PLAYBOOK = """\
@@ -86,41 +83,15 @@ def inventory(tmp_path):
     return path
 
 
-def run_playbook(playbook, inventory_path, **kwargs):
-    """ansible-playbook through ansible-runner; events and stats are read before its directory goes."""
-    # ansible-runner looks ansible-playbook up on PATH: the venv's, also when pytest runs unactivated.
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_FORKS": "20",
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-    with tempfile.TemporaryDirectory(prefix="gpu-preflight-runner-") as private:
-        runner = ansible_runner.run(
-            private_data_dir=private,
-            project_dir=str(REPO),
-            playbook=str(playbook),
-            inventory=str(inventory_path),
-            envvars=envvars,
-            quiet=True,
-            **kwargs,
-        )
-        return {
-            "rc": runner.rc,
-            "stdout": runner.stdout.read(),
-            "events": list(runner.events),
-            "stats": runner.stats or {},
-        }
-
-
 class Outcome:
     """Per-host view of a run: failure messages, the post task's output, stats."""
 
     def __init__(self, result):
         self.result = result
-        self.stdout = result["stdout"]
+        self.stdout = result.stdout
         self.failed = {}
         self.later = {}
-        for event in result["events"]:
+        for event in result.events:
             data = event.get("event_data", {})
             host = data.get("host")
             if event.get("event") == "runner_on_failed":
@@ -145,7 +116,9 @@ def fixture_run(tmp_path_factory):
     path = inventory(tmp_path)
 
     def run(check=False, **kwargs):
-        return Outcome(run_playbook(playbook, path, cmdline="--check" if check else None, **kwargs))
+        # one fork per host: every host of the table runs at once
+        return Outcome(run_playbook(playbook, path, check=check, testnode_vars=False,
+                                    envvars={"ANSIBLE_FORKS": "20"}, **kwargs))
 
     return run
 
@@ -161,9 +134,9 @@ def test_canonical_node_passes_and_leaves_the_facts(outcome):
 
 
 def test_nothing_changes_on_any_host(outcome):
-    assert outcome.result["rc"] != 0  # some hosts fail
-    assert set(outcome.result["stats"]["ok"]) == set(HOSTS)
-    assert not outcome.result["stats"].get("changed"), outcome.result["stats"]["changed"]
+    assert outcome.result.rc != 0  # some hosts fail
+    assert set(outcome.result.stats["ok"]) == set(HOSTS)
+    assert not outcome.result.stats.get("changed"), outcome.result.stats["changed"]
 
 
 def test_only_the_mismatching_hosts_fail(outcome):
@@ -271,7 +244,7 @@ def test_check_mode_reads_and_judges_the_same(run):
 
 
 def test_runs_alone_by_tag(run):
-    tagged = run(tags="gpu_preflight", limit="canonical,nvswitch")
+    tagged = run(tags=["gpu_preflight"], limit="canonical,nvswitch")
     assert set(tagged.failed) == {"nvswitch"}
     assert "gpu_preflight_expected_interconnect: expected pcie, found nvlink" in tagged.message("nvswitch")
     assert tagged.later == {"canonical": "interconnect=pcie gpus=8"}

@@ -9,11 +9,10 @@ pure parts are tested in tests/unit/test_nccl_bench.py.
 import json
 import os
 import subprocess
-from pathlib import Path
 
 from parser_venv import nccl_bench_python
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "roles" / "nccl_measure" / "files" / "nccl_allreduce_bench.py"
 
 

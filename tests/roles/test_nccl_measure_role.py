@@ -9,24 +9,15 @@ on the CPU in test_nccl_bench_gloo.py and on GPUs in the real-GPU tier.
 
 import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from parser_venv import nccl_bench_python
+from ansible_run import run_playbook
+from project_modules import REPO, VENV_BIN
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 KiB, MiB = 1 << 10, 1 << 20
 HIDDEN = 5120
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ansible_playbook():
-    """The tier runs ansible-playbook: a venv without it is broken, not a reason to skip."""
-    assert PLAYBOOK_BIN.is_file(), f"{PLAYBOOK_BIN} is missing: pytest must run from .venv (scripts/setup makes it)"
-    return PLAYBOOK_BIN
 
 
 def measure(tmp_path, python, **extra):
@@ -44,35 +35,17 @@ def measure(tmp_path, python, **extra):
         "sglang_model_path": str(model),
         "nccl_measure_python": str(python),
         "nccl_measure_artifacts_dir": str(tmp_path / "artifacts"),
-        "ansible_python_interpreter": sys.executable,
         **extra,
     }
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        PATH=f"{bin_dir}:{os.environ['PATH']}",
-        NVIDIA_SMI_DOUBLE_CAPTURE="rtx-pro-6000-8x",
-    )
-    proc = subprocess.run(
-        [
-            str(PLAYBOOK_BIN),
-            "-c",
-            "local",
-            "-i",
-            "localhost,",
-            "playbooks/nccl_measure.yml",
-            "-e",
-            json.dumps(extravars),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    inventory = tmp_path / "hosts"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    result = run_playbook("playbooks/nccl_measure.yml", inventory, extravars=extravars, testnode_vars=False, envvars={
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": os.pathsep.join([str(bin_dir), str(VENV_BIN), os.environ["PATH"]]),
+        "NVIDIA_SMI_DOUBLE_CAPTURE": "rtx-pro-6000-8x",
+    })
     # The YAML callback folds long messages over lines (and doubles quotes): read the output as one line.
-    return proc.returncode, " ".join((proc.stdout + proc.stderr).split()).replace("''", "'")
+    return result.rc, " ".join(result.stdout.split()).replace("''", "'")
 
 
 def test_measure_refuses_a_candidate_that_turns_multicast_on(tmp_path):

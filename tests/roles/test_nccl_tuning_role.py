@@ -8,7 +8,6 @@ The tests of one node (the `box` fixture) are steps of one story and run in file
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,21 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_run import run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
-PLAYBOOK_BIN = Path(sys.executable).with_name("ansible-playbook")
 MARK = "sglang-canon nccl_tuning"
 SITECUSTOMIZE_LOCATOR = (
     "import importlib.util as u, site; s = u.find_spec('sitecustomize');"
     "print(s.origin if s else site.getsitepackages()[0])"
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ansible_playbook():
-    """The tier runs ansible-playbook: a venv without it is broken, not a reason to skip."""
-    assert PLAYBOOK_BIN.is_file(), f"{PLAYBOOK_BIN} is missing: pytest must run from .venv (scripts/setup makes it)"
-    return PLAYBOOK_BIN
 
 
 def private_python(root):
@@ -105,6 +96,8 @@ def box(tmp_path_factory):
             ]
         )
     )
+    inventory = root / "hosts"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
 
     class Box:
         venv_python = py
@@ -118,18 +111,12 @@ def box(tmp_path_factory):
                 "nccl_tuning_nccl_conf_path": str(self.conf),
                 "nccl_tuning_sitecustomize_python": str(py),
                 "nccl_tuning_interconnect": "pcie",
-                "ansible_python_interpreter": sys.executable,
                 **extra,
             }
-            cmd = [str(PLAYBOOK_BIN), "-i", "localhost,", str(playbook), "-e", json.dumps(extravars)]
-            if check:
-                cmd.append("--check")
-            env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-            proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-            out = proc.stdout + proc.stderr
-            recap = re.search(r"localhost\s*:\s*ok=\d+\s+changed=(\d+)", out)
-            facts = json.loads((root / "facts.json").read_text()) if proc.returncode == 0 else None
-            return proc.returncode, out, int(recap.group(1)) if recap else None, facts
+            result = run_playbook(playbook, inventory, extravars=extravars, check=check, testnode_vars=False,
+                                  envvars={"ANSIBLE_NOCOLOR": "1"})
+            facts = json.loads((root / "facts.json").read_text()) if result.rc == 0 else None
+            return result.rc, result.stdout, result.count("changed") if result.stats else None, facts
 
     return Box()
 

@@ -10,12 +10,11 @@ tests/unit/test_sglang_args_probe.py.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TARGET = REPO / "tests" / "fixtures" / "testnode-model" / "target"
 DRAFT = REPO / "tests" / "fixtures" / "testnode-model" / "draft"
 

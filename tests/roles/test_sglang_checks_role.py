@@ -9,16 +9,13 @@ Values of the wrong type are refused naming the type, and a service environment 
 misread is refused naming the entry (roles/sglang/tasks/check_server_args.yml).
 """
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-import ansible_runner
 import pytest
 import yaml
+from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SPEC_FILES = sorted(REPO.glob("roles/*/meta/argument_specs.yml"))
 CHECK_TASKS = REPO / "roles" / "sglang" / "tasks" / "check_control_characters.yml"
 # Values the roles read from the node (facts), never from the inventory: the check leaves them out.
@@ -119,15 +116,8 @@ def fixture_outcome(tmp_path_factory):
     }}), encoding="utf-8")
     playbook = tmp_path / "check.yml"
     playbook.write_text(PLAYBOOK, encoding="utf-8")
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-    with tempfile.TemporaryDirectory(prefix="control-characters-runner-") as private:
-        runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(playbook),
-                                    inventory=str(inventory), envvars=envvars, quiet=True)
-        events = list(runner.events)
-        stdout = runner.stdout.read()
+    result = run_playbook(playbook, inventory, testnode_vars=False)
+    events, stdout = result.events, result.stdout
     failed = {e["event_data"]["host"]: str(e["event_data"]["res"].get("msg", ""))
               for e in events if e.get("event") == "runner_on_failed"}
     return failed, stdout

@@ -18,16 +18,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
-import ansible_runner
 import pytest
 import yaml
+from ansible_run import run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = """\
 - name: sglang_install with package sources into a throw-away venv
@@ -117,15 +115,10 @@ def run_role(world, sources, wheelhouse=""):
         # nothing from this machine's pip configuration (a mirror, a cache) may answer instead
         "sglang_install_environment": {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"},
     }}}}), encoding="utf-8")
-    with tempfile.TemporaryDirectory(prefix="sglang-install-runner-") as private:
-        runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(playbook),
-                                    inventory=str(inventory), quiet=True,
-                                    envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                                             "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                                      os.environ["PATH"]])})
-        events = [e for e in runner.events if e.get("event") in ("runner_on_ok", "runner_on_failed")]
-        return {"rc": runner.rc, "stats": runner.stats or {}, "stdout": runner.stdout.read(),
-                "tasks": {e["event_data"]["task"]: e["event_data"].get("res", {}) for e in events}}
+    result = run_playbook(playbook, inventory, testnode_vars=False)
+    events = [e for e in result.events if e.get("event") in ("runner_on_ok", "runner_on_failed")]
+    return {"rc": result.rc, "stats": result.stats, "stdout": result.stdout,
+            "tasks": {e["event_data"]["task"]: e["event_data"].get("res", {}) for e in events}}
 
 
 def installed(world):

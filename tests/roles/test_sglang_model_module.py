@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from model_fixtures import MirrorProcess, make_models  # noqa: E402  pylint: disable=wrong-import-position

@@ -5,17 +5,14 @@ tests/roles/test_sglang_model_module.py, the pure checks in tests/unit/test_mode
 
 import base64
 import json
-import os
 import shutil
 import sys
-import tempfile
-from pathlib import Path
 
-import ansible_runner
 import pytest
 import yaml
+from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from model_fixtures import MirrorProcess, make_models  # noqa: E402  pylint: disable=wrong-import-position
@@ -101,19 +98,11 @@ def fixture_world(tmp_path_factory, parser_python):
 
 
 def run(world, check=False):
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(world["tmp"] / "facts"),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-    with tempfile.TemporaryDirectory(prefix="sglang-models-runner-") as private:
-        runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(world["playbook"]),
-                                    inventory=str(world["inventory"]), envvars=envvars, quiet=True,
-                                    cmdline="--check" if check else None)
-        events = list(runner.events)
-        failed = dict((e["event_data"]["host"], str(e["event_data"]["res"].get("msg", "")))
-                      for e in events if e.get("event") == "runner_on_failed")
-        return {"stats": runner.stats or {}, "failed": failed, "stdout": runner.stdout.read(), "events": events}
+    result = run_playbook(world["playbook"], world["inventory"], check=check, testnode_vars=False,
+                          envvars={"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(world["tmp"] / "facts")})
+    failed = dict((e["event_data"]["host"], str(e["event_data"]["res"].get("msg", "")))
+                  for e in result.events if e.get("event") == "runner_on_failed")
+    return {"stats": result.stats, "failed": failed, "stdout": result.stdout, "events": result.events}
 
 
 @pytest.fixture(name="first", scope="module")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from parser_venv import WHEELHOUSE, ensure_wheelhouse
 from patch_set_fixtures import ud
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SET_DIR = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.23"
 WORKER = "sglang/srt/speculative/eagle_worker_v2.py"
 HELPERS = ("sglang/srt/utils/common.py", "sglang/srt/speculative/eagle_utils.py", "sglang/srt/speculative/spec_utils.py")

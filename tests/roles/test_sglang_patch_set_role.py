@@ -9,7 +9,6 @@ tests/unit/test_sglang_patch_set.py; the wheel comes from the wheelhouse (tests/
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +27,8 @@ from patch_set_fixtures import (  # noqa: F401  pylint: disable=unused-import  (
     set_meta,
     wheel,
 )
+from ansible_run import run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
 
 # ----------------------------------------------------------------------------------------
 # Patch 0002 on CPU torch: a skipped draft keeps the verify pass's shapes
@@ -116,31 +115,16 @@ PLAYBOOK = """\
 def run_role(venv, check=False, **extravars):
     playbook = venv.root / "play.yml"
     playbook.write_text(PLAYBOOK)
-    variables = {
-        "ansible_python_interpreter": sys.executable,
-        "sglang_python": str(venv.python),
-        "sglang_state_dir": str(venv.state),
-        **extravars,
-    }
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        "localhost,",
-        str(playbook),
-        "-e",
-        json.dumps(variables),
-    ]
-    if check:
-        argv += ["--check", "--diff"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
-    recap = done.stdout[done.stdout.rfind("PLAY RECAP") :]
-    changed = int(recap.split("changed=")[1].split()[0]) if "changed=" in recap else None
+    inventory = venv.root / "hosts"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    variables = {"sglang_python": str(venv.python), "sglang_state_dir": str(venv.state), **extravars}
+    result = run_playbook(playbook, inventory, extravars=variables, check=check, diff=check, testnode_vars=False,
+                          envvars={"ANSIBLE_NOCOLOR": "1"})
     restarted = (venv.state / "restarted").exists()
     if restarted:
         (venv.state / "restarted").unlink()
     return types.SimpleNamespace(
-        rc=done.returncode, out=done.stdout + done.stderr, changed=changed, restarted=restarted
+        rc=result.rc, out=result.stdout, changed=result.count("changed") if result.stats else None, restarted=restarted
     )
 
 

@@ -9,15 +9,13 @@ tested in tests/unit/test_stack_facts_parse.py.
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
 
-import ansible_runner
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
+from ansible_run import run_playbook
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "stack"
 
 
@@ -139,29 +137,20 @@ def fixture_role_run(tmp_path_factory, parser_python):
         "sglang_python": parser_python,
         "sglang_server_args": {"model_path": "/srv/models/target", "tp_size": 8},
     }, "hosts": hosts}}), encoding="utf-8")
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-
     def run(check=False):
-        with tempfile.TemporaryDirectory(prefix="stack-verify-runner-") as private:
-            runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(playbook),
-                                        inventory=str(inventory), envvars=envvars, quiet=True,
-                                        cmdline="--check" if check else None)
-            events = list(runner.events)
-            failed, gathered, later = {}, {}, {}
-            for event in events:
-                data = event.get("event_data", {})
-                host, res = data.get("host"), data.get("res", {})
-                if event.get("event") == "runner_on_failed":
-                    failed[host] = str(res.get("msg", ""))
-                if event.get("event") == "runner_on_ok" and data.get("task", "").startswith("Read driver, CUDA"):
-                    gathered.setdefault(host, []).append(res)
-                if event.get("event") == "runner_on_ok" and data.get("task") == "Later roles see the facts":
-                    later[host] = res["msg"]
-            return {"rc": runner.rc, "stats": runner.stats or {}, "failed": failed, "gathered": gathered,
-                    "later": later, "stdout": runner.stdout.read()}
+        result = run_playbook(playbook, inventory, check=check, testnode_vars=False)
+        failed, gathered, later = {}, {}, {}
+        for event in result.events:
+            data = event.get("event_data", {})
+            host, res = data.get("host"), data.get("res", {})
+            if event.get("event") == "runner_on_failed":
+                failed[host] = str(res.get("msg", ""))
+            if event.get("event") == "runner_on_ok" and data.get("task", "").startswith("Read driver, CUDA"):
+                gathered.setdefault(host, []).append(res)
+            if event.get("event") == "runner_on_ok" and data.get("task") == "Later roles see the facts":
+                later[host] = res["msg"]
+        return {"rc": result.rc, "stats": result.stats, "failed": failed, "gathered": gathered,
+                "later": later, "stdout": result.stdout}
 
     return run
 

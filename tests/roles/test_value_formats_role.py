@@ -7,16 +7,12 @@ PromQL clause after an alert's window. `--tags` keeps everything but the checks 
 the monitoring tag for the monitors' play) from running on this machine, whatever the outcome.
 """
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-import ansible_runner
 import pytest
 import yaml
+from ansible_run import run_playbook
 
-REPO = Path(__file__).resolve().parents[2]
 CHECK_TASK = "Refuse every role variable whose value does not have its declared format"
 NOT_A_TAG = "value_formats_test_selects_only_the_always_tagged_checks"
 
@@ -41,23 +37,16 @@ EXPECTED = {
 }
 
 
-def _run(tmp_path, name, groups, *arguments):
+def _run(tmp_path, name, groups, tag, check=False):
     inventory = tmp_path / f"{name}.yml"
     inventory.write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
         # Every group of site.yml, empty or not, as an operator's inventory has them.
         "children": {group: {"hosts": groups.get(group, {})} for group in ("sglang_nodes", "sglang_gateways", "sglang_monitors")},
     }}), encoding="utf-8")
-    envvars = {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN": "memory",  # the project's fact cache is for real runs
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
-    }
-    with tempfile.TemporaryDirectory(prefix="value-formats-runner-") as private:
-        runner = ansible_runner.run(private_data_dir=private, project_dir=str(REPO), playbook=str(REPO / "site.yml"),
-                                    inventory=str(inventory), envvars=envvars, cmdline=" ".join(arguments), quiet=True)
-        events = list(runner.events)
-        stdout = runner.stdout.read()
+    result = run_playbook("site.yml", inventory, check=check, tags=[tag], testnode_vars=False,
+                          envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})  # the project's fact cache is for real runs
+    events, stdout = result.events, result.stdout
     failed = {e["event_data"]["host"]: (e["event_data"].get("task"), str(e["event_data"]["res"].get("msg", "")))
               for e in events if e.get("event") == "runner_on_failed"}
     changed = [e["event_data"].get("task") for e in events
@@ -70,12 +59,12 @@ def fixture_outcomes(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("value_formats")
     nodes = {**BAD_NODES, "node-defaults": {}}
     return {
-        "nodes --check": _run(tmp_path, "nodes", {"sglang_nodes": nodes}, "--check", "--tags", NOT_A_TAG),
-        "nodes": _run(tmp_path, "nodes", {"sglang_nodes": nodes}, "--tags", NOT_A_TAG),
+        "nodes --check": _run(tmp_path, "nodes", {"sglang_nodes": nodes}, NOT_A_TAG, check=True),
+        "nodes": _run(tmp_path, "nodes", {"sglang_nodes": nodes}, NOT_A_TAG),
         "gateway --check": _run(tmp_path, "gateway", {"sglang_gateways": {"gateway-bad": {
-            "sglang_gateway_service_name": "sglang-gateway; systemctl stop sglang"}}}, "--check", "--tags", NOT_A_TAG),
+            "sglang_gateway_service_name": "sglang-gateway; systemctl stop sglang"}}}, NOT_A_TAG, check=True),
         "monitor --check": _run(tmp_path, "monitor", {"sglang_monitors": {"monitor-bad": {
-            "sglang_monitoring_alert_watchdog_restart_window": "1h])) < 0 #"}}}, "--check", "--tags", "sglang_monitoring"),
+            "sglang_monitoring_alert_watchdog_restart_window": "1h])) < 0 #"}}}, "sglang_monitoring", check=True),
     }
 
 

@@ -26,12 +26,13 @@ from pathlib import Path
 
 from . import util
 from .sysops import Fail
+from project_modules import REPO  # tests/ is on sys.path (tests/testnode, conftest.py)
 
 GATEWAY_GROUP = "sglang_gateways"
 # The role's default client port (roles/sglang_gateway/defaults/main.yml: sglang_gateway_port).
 GATEWAY_PORT = 8443
 # The test fleet's gateway arguments (a host variable replaces the group's whole mapping).
-GROUP_VARS = Path(__file__).resolve().parents[2] / "inventory" / "testnode" / "group_vars" / "sglang_gateways.yml"
+GROUP_VARS = REPO / "inventory" / "testnode" / "group_vars" / "sglang_gateways.yml"
 
 
 def _openssl(*args: str) -> None:

@@ -38,8 +38,7 @@ from pathlib import Path
 
 from . import gateway, image, sysops, util
 from .sysops import Fail, log
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO  # tests/ is on sys.path (tests/testnode, conftest.py)
 RUN_DIR = Path(util.RUN_DIR)
 SSH_TIMEOUT = float(os.environ.get("TESTNODE_SSH_TIMEOUT", "120"))
 STOP_TIMEOUT = float(os.environ.get("TESTNODE_STOP_TIMEOUT", "45"))  # clean poweroff of a booted node

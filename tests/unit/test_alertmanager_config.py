@@ -8,18 +8,16 @@ block. Both tools are extracted by scripts/fetch-monitoring-debs (scripts/setup 
 .cache/amtool/ and .cache/promtool/: missing, the tests fail.
 """
 
-import importlib.util
 import json
 import shlex
 import subprocess
-from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from project_modules import REPO, load
 
-REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_monitoring"
 AMTOOL = REPO / ".cache" / "amtool" / "amtool"
 PROMTOOL = REPO / ".cache" / "promtool" / "promtool"
@@ -34,11 +32,7 @@ def tools():
 
 
 def _role_filters():
-    spec = importlib.util.spec_from_file_location("sglang_monitoring_filters",
-                                                  ROLE / "filter_plugins" / "sglang_monitoring.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+    return load(ROLE.relative_to(REPO) / "filter_plugins" / "sglang_monitoring.py").FilterModule().filters()
 
 
 def _env():

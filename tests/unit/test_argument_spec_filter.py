@@ -1,13 +1,11 @@
 """argument_spec_without_defaults: the server-facing roles' specs, checked ahead of the roles."""
 
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

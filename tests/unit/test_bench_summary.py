@@ -3,11 +3,10 @@ bench_serving's real format: tests/fixtures/bench_serving/*.jsonl are lines writ
 SGLang 0.5.9 client (see the README there); synthetic lines reuse exactly those keys."""
 
 import json
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "bench_serving"
 
 

@@ -2,11 +2,9 @@
 the production environment read back from the unit's EnvironmentFile, and alternatives as
 production with overrides."""
 
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

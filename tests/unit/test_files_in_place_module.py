@@ -2,12 +2,10 @@
 
 import hashlib
 import os
-from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

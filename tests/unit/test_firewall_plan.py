@@ -4,12 +4,11 @@ roles/sglang_firewall renders its nftables table from this plan; tests/integrati
 proves the rendered table on real nodes.
 """
 
-from pathlib import Path
 
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 FILTER = "roles/sglang_firewall/filter_plugins/sglang_firewall.py"
 

@@ -8,12 +8,11 @@ tests/roles/test_gpu_preflight_role.py runs the same comparison through the role
 import copy
 import json
 import re
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
 GPU_RUNS = REPO / "tests" / "fixtures" / "gpu-runs"
 

@@ -9,13 +9,12 @@ expectation filter and the tier's comparison helper.
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 from project_modules import load_at_collection
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 RUNS = REPO / "tests" / "fixtures" / "gpu-runs"
 
 # ROUND_RUNS below, a parametrize list, reads the recorded tables with the choice rule's own reader.

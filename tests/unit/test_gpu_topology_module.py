@@ -2,13 +2,12 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
 DOUBLE_BIN = REPO / "tests" / "double" / "bin"
 DRIVER_DOWN = (

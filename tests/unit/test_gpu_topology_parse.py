@@ -7,12 +7,11 @@ tests/fixtures/nvidia-smi/.
 
 import re
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 from project_modules import load_at_collection
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CAPTURES = REPO / "tests" / "double" / "captures"
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 SOURCES = FIXTURES / "sources"

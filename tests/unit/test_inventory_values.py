@@ -1,10 +1,8 @@
 """The one place control characters in inventory values are found, and type-naming for messages."""
 
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

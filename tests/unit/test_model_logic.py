@@ -8,11 +8,10 @@ import hashlib
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "models"
 
 

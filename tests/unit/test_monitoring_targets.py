@@ -1,12 +1,11 @@
 """roles/sglang_monitoring's filters: scrape targets and unreachable servers and gateways from the inventory."""
 
-from pathlib import Path
-
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
+from project_modules import REPO
 
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "sglang_monitoring"
+ROLE = REPO / "roles" / "sglang_monitoring"
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,10 @@ processes, exact environments) is tests/roles/test_nccl_bench_gloo.py.
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "roles" / "nccl_measure" / "files"
 BENCH = FILES / "nccl_allreduce_bench.py"
 

@@ -2,11 +2,10 @@
 (one run per setting, the format before rounds) and on made-up tables of several rounds."""
 
 import json
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "nccl" / "h200x2-nvlink-nccl.txt"
 
 KiB, MiB = 1 << 10, 1 << 20

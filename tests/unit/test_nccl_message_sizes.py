@@ -3,12 +3,10 @@ model's hidden size and the server arguments, with SGLang's own defaults where t
 (That those defaults are the wheel's own is checked in tests/roles/test_nccl_sglang_defaults.py.)"""
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from ansible_run import run_playbook  # noqa: E402  pylint: disable=wrong-import-position

@@ -2,13 +2,12 @@
 rules file's table compared, whose a table is, and which names may reach nft at all."""
 
 import json
-from pathlib import Path
 
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "nft"
 
 

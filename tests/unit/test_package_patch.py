@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 
 # The module imports its helpers as ansible.module_utils.NAME, as Ansible ships them.
 import ansible.module_utils  # noqa: E402
+from project_modules import REPO
 
 if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))

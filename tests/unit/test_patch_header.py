@@ -1,11 +1,10 @@
 """What a patch says about itself (roles/production_doc/filter_plugins/patch_header.py), on the
 patches sglang-canon ships and on the shapes a header may take."""
 
-from pathlib import Path
 
 import pytest
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PATCH_SET = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
 
 

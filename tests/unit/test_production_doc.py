@@ -16,8 +16,8 @@ import jinja2.meta
 import jinja2.nativetypes
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "doc"
 PATCH_SET = REPO / "roles" / "sglang_patches" / "files" / "sglang-0.5.9"
 sys.path.insert(0, str(REPO / "tests"))

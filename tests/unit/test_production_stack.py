@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventory" / "production"
 WHEELHOUSE_SGLANG = REPO / ".cache" / "wheelhouse" / "sglang-0.5.9-py3-none-any.whl"
 

@@ -1,14 +1,13 @@
 """The unit and environment templates of sglang_service, rendered with the role's own filters."""
 
-from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
 
 import expected
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "roles" / "sglang_service" / "templates"
 
 

@@ -6,12 +6,10 @@ answer when the interpreter is missing.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
+from project_modules import REPO
 
 
 @pytest.fixture(scope="module")

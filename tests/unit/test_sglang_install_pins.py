@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PARSER_REQUIREMENTS = REPO / "tests" / "wheelhouse" / "parser-requirements.txt"
 
 

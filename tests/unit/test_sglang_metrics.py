@@ -11,15 +11,15 @@ import sys
 import threading
 import time
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from parser_venv import sglang_wheel
+from project_modules import REPO
 
-DOUBLE = Path(__file__).resolve().parents[1] / "double"
+DOUBLE = REPO / "tests" / "double"
 SPEC = yaml.safe_load((DOUBLE / "sglang_metrics.yml").read_text(encoding="utf-8"))
 _TYPES = {"Gauge": "gauge", "Counter": "counter", "Histogram": "histogram"}
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import types
 import warnings
-from pathlib import Path
 
 import pytest
 import yaml
@@ -33,8 +32,8 @@ from patch_set_fixtures import (  # noqa: F401  pylint: disable=unused-import  (
     ud,
     wheel,
 )
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SPEC_ENV = "SGLANG_SPEC_DISABLE_AT_RUNNING_REQUESTS"
 
 

@@ -16,14 +16,13 @@ import shutil
 import subprocess
 import types
 import zipfile
-from pathlib import Path
 
 import pytest
 import yaml
 from parser_venv import WHEELHOUSE, ensure_wheelhouse
 from patch_set_fixtures import pp, ud
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SETS = REPO / "roles" / "sglang_patches" / "files"
 SET_DIR = SETS / "sglang-0.5.23"
 ORIGIN_DIR = SETS / "sglang-0.5.9"

@@ -3,13 +3,11 @@ target's files, both releases' ServerArgs compared, the environment's readers, t
 
 import difflib
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
 import ansible.module_utils  # noqa: E402
+from project_modules import REPO
 
 if str(REPO / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(REPO / "module_utils"))

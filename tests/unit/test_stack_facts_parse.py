@@ -9,13 +9,12 @@ Real captures in tests/fixtures/stack/ (see its README.md): nvidia-smi -q of 8 x
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "stack"
 
 

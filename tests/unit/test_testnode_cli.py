@@ -3,15 +3,10 @@
 import ipaddress
 import json
 import os
-import sys
 
 import pytest
 import yaml  # PyYAML: ansible-core's own dependency, always in .venv
-
-TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TESTS_DIR)
-
-from testnode_lib import image, node, util  # noqa: E402
+from testnode_lib import image, node, util
 
 
 # --------------------------------------------------------------------------- names

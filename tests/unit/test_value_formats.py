@@ -6,12 +6,11 @@ clause, another pip option. A final test holds every role to declaring a format 
 none) for each string or number option of its argument spec.
 """
 
-from pathlib import Path
 
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
 
 

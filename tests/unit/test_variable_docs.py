@@ -2,11 +2,10 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
 
 

@@ -6,30 +6,23 @@ it writes for the node exporter's textfile collector (every sglang_watchdog_* se
 rules read is one it writes).
 """
 
-import importlib.machinery
-import importlib.util
 import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from project_modules import REPO, load
 
-REPO = Path(__file__).resolve().parents[2]
 PROGRAM = REPO / "roles" / "sglang_watchdog" / "files" / "sglang-watchdog"
 MONITORING = REPO / "roles" / "sglang_monitoring"
 
 
 @pytest.fixture(scope="module")
 def wd():
-    loader = importlib.machinery.SourceFileLoader("sglang_watchdog_program", str(PROGRAM))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load(PROGRAM.relative_to(REPO))
 
 
 NOW = 1_000_000.0
@@ -246,10 +239,7 @@ def _rendered_rules():
     values = yaml.safe_load((MONITORING / "defaults" / "main.yml").read_text())
     env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
     for plugin in sorted((MONITORING / "filter_plugins").glob("*.py")):
-        loader = importlib.machinery.SourceFileLoader(f"sglang_monitoring_filters_{plugin.stem}", str(plugin))
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-        loader.exec_module(module)
-        env.filters.update(module.FilterModule().filters())
+        env.filters.update(load(plugin.relative_to(REPO)).FilterModule().filters())
     text = env.from_string((MONITORING / "templates" / "sglang.rules.yml.j2").read_text())
     return yaml.safe_load(text.render(ansible_managed="Ansible managed", **values))
 

@@ -11,13 +11,12 @@ running.
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from project_modules import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "sglang_monitoring"
 DEBS = REPO / ".cache" / "debs"
 VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
