@@ -50,15 +50,18 @@ SPECULATIVE_FIELDS = ("speculative_algorithm", "speculative_num_steps", "specula
 
 
 def _declared_obsolete(rule, read_file):
-    """The reason set.yml's obsolete rule ({file, contains}) holds for the target, or None."""
-    if not isinstance(rule, dict) or not rule.get("file") or not rule.get("contains"):
+    """The reason set.yml's obsolete rule holds for the target, or None: the target's ``file`` holds
+    ``contains`` (a line of upstream's own change) and lacks ``lacks`` (what upstream removed);
+    either may be left out, not both."""
+    if not isinstance(rule, dict) or not rule.get("file") or not (rule.get("contains") or rule.get("lacks")):
         return None
     data = read_file(rule["file"])
-    if data is not None and rule["contains"].encode("utf-8") in data:
-        why = " ".join(str(rule.get("why") or "").split())
-        return "set.yml: %s of the target contains %r (upstream's own fix)%s" % (
-            rule["file"], rule["contains"], ": " + why if why else "")
-    return None
+    contains, lacks = rule.get("contains"), rule.get("lacks")
+    if data is None or (contains and contains.encode("utf-8") not in data) or (lacks and lacks.encode("utf-8") in data):
+        return None
+    said = " and ".join(["contains %r" % contains] * bool(contains) + ["lacks %r" % lacks] * bool(lacks))
+    why = " ".join(str(rule.get("why") or "").split())
+    return "set.yml: %s of the target %s (upstream's own fix)%s" % (rule["file"], said, ": " + why if why else "")
 
 
 def _fuzz_match(data, hunk):

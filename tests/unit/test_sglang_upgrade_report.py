@@ -80,6 +80,14 @@ def test_set_yml_names_upstreams_own_fix_and_its_why():
     assert absent["status"] == "clean"
 
 
+def test_set_yml_may_name_what_upstream_removed():
+    rule = {"file": PATH, "contains": "line 5\n", "lacks": "SGLANG_OLD"}
+    removed, _ = _classify(_patch(BASE, _edited(BASE, 19, "patched\n")), BASE, rule)
+    assert removed["reason"] == "set.yml: pkg/mod.py of the target contains 'line 5\\n' and lacks 'SGLANG_OLD' (upstream's own fix)"
+    still_there, _ = _classify(_patch(BASE, _edited(BASE, 19, "patched\n")), _edited(BASE, 30, "SGLANG_OLD\n"), rule)
+    assert still_there["status"] == "clean"
+
+
 def test_a_patch_of_a_file_the_target_lacks_fails_naming_it():
     result = report.classify_patch("set/0001-x.patch", _patch(BASE, _edited(BASE, 3, "x\n"))["content"], {PATH: None})
     assert (result["status"], result["reason"]) == ("fails", "the target has no pkg/mod.py")
