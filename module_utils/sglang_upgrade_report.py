@@ -311,7 +311,8 @@ def refusals(report):
                 report["to"], field, values["target"], values["current"], report["from"]))
     for row in report["stack"]["inventory"]:
         if row["verdict"].startswith("conflict"):
-            reasons.append("%s pin %s (%s): %s" % (row["origin"], row["pin"], row["package"], row["verdict"]))
+            reasons.append("%s pins %s==%s, but sglang %s requires %s" % (
+                row["origin"], row["package"], row["pin"], report["to"], row["verdict"].rsplit(" ", 1)[-1]))
     return reasons
 
 

@@ -195,7 +195,7 @@ def test_the_stack_lists_changed_pins_and_judges_each_inventory_pin():
     deviated = report.compare_stack(current, target, [{"name": "torch", "pin": "2.13.0", "origin": "x"}], deviations=["torch"])
     assert deviated["inventory"][0]["verdict"].startswith("deliberate deviation (sglang_install_constraints_exclude)")
     refused = _report(stack=dict(stack, torch_cuda=None))
-    assert report.refusals(refused) == ["pins pin 4.57.1 (transformers): conflict: the target requires transformers==5.3.0"]
+    assert report.refusals(refused) == ["pins pins transformers==4.57.1, but sglang 0.5.10 requires transformers==5.3.0"]
 
 
 def test_the_markdown_leads_with_the_refusal_and_has_every_section():
