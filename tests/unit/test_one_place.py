@@ -70,8 +70,12 @@ def test_no_role_reaches_into_another_roles_folder():
 
 def test_another_roles_defaults_are_found_by_its_name_in_roles_path(project_module, tmp_path):
     """What production_doc and sglang_upgrade read of other roles' defaults (lookup sglang_role_defaults)."""
-    defaults_file = project_module("lookup_plugins/sglang_role_defaults.py").defaults_file
+    lookup = project_module("lookup_plugins/sglang_role_defaults.py")
+    defaults_file = lookup.defaults_file
     assert defaults_file("sglang_gateway", [str(tmp_path), str(REPO / "roles")]) == str(
         REPO / "roles" / "sglang_gateway" / "defaults" / "main.yml")
     with pytest.raises(Exception, match="role 'sglang_nothing': no defaults/main.yml in roles_path"):
         defaults_file("sglang_nothing", [str(REPO / "roles")])
+    # a default made of the role's other variables stays text: the caller's play need not have them
+    monitoring = lookup.read_defaults(defaults_file("sglang_monitoring", [str(REPO / "roles")]))
+    assert monitoring["sglang_monitoring_node_exporter_listen_address"] == ":{{ sglang_monitoring_node_exporter_port }}"
