@@ -32,7 +32,7 @@ def upgrade(tmp_path_factory):
     inventory.write_text(INVENTORY)
     runs = itertools.count()
 
-    def run(version, **extravars):
+    def run(version, check=False, **extravars):
         reports = folder / f"reports-{next(runs)}"
         variables = {
             "sglang_version": version,
@@ -47,7 +47,7 @@ def upgrade(tmp_path_factory):
             "sglang_upgrade_report_dir": str(reports),
             **extravars,
         }
-        result = run_playbook("playbooks/upgrade.yml", inventory, extravars=variables)
+        result = run_playbook("playbooks/upgrade.yml", inventory, extravars=variables, check=check)
         assert result.count("dark") == 0, f"the report contacted the node: {result.stdout[-3000:]}"
         return result, reports
 
@@ -78,9 +78,9 @@ def test_the_ported_target_is_reported_from_its_real_wheel_and_allowed(upgrade):
     assert any("the rollout (side-by-side venvs, canary, benchmark gate) is not implemented yet" in m for m in result.messages())
 
 
-def test_a_target_without_its_patch_set_is_refused_with_the_report(upgrade, tmp_path):
+def test_a_target_without_its_patch_set_is_refused_with_the_report_in_a_dry_run_too(upgrade, tmp_path):
     missing = tmp_path / f"sglang-{TARGET}"
-    result, reports = upgrade(TARGET, sglang_upgrade_target_patch_set=str(missing))
+    result, reports = upgrade(TARGET, check=True, sglang_upgrade_target_patch_set=str(missing))
     assert result.rc != 0
     report_path = reports / f"sglang-{FROM}-to-{TARGET}.md"
     expected = (f"The upgrade of sglang {FROM} to {TARGET} is refused: no patch set for sglang {TARGET} ({missing}) "
