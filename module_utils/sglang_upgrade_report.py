@@ -14,7 +14,8 @@ package pins -- it says, section by section:
                lines, or the set's set.yml names upstream's own fix and the target has it).
                The applier is the role's own (module_utils/unified_diff.py): there is no fuzz,
                a hunk whose context differs fails.
-  server_args  flags the target refuses (removed ones with the target's closest field),
+  server_args  flags the target refuses (removed ones with the target's closest field), fields
+               gone (with a new field of a close name: renamed or split),
                resolved values that changed (defaults the canonical config relies on), the
                speculative algorithm and scheduler each release resolves to.
   environment  each variable the canonical environment sets, and whether the target reads it.
@@ -215,12 +216,16 @@ def compare_server_args(current, target, configured_fields):
                             "configured": field in configured_fields})
     speculative = {field: {"current": current_resolved.get(field), "target": target_resolved.get(field)}
                    for field in SPECULATIVE_FIELDS}
+    new_fields = sorted(set(target_resolved) - set(current_resolved)) if current_resolved else []
+    # A field gone with a new one of a close name was most likely renamed (or split) into it.
+    removed = [{"field": field, "closest": difflib.get_close_matches(field, new_fields, n=2, cutoff=0.75)}
+               for field in (sorted(set(current_resolved) - set(target_resolved)) if target_resolved else [])]
     return {
         "current_errors": [e.get("message") for e in current.get("errors") or []],
         "refused": refused,
         "changed": changed,
-        "removed_fields": sorted(set(current_resolved) - set(target_resolved)) if target_resolved else [],
-        "new_fields": sorted(set(target_resolved) - set(current_resolved)) if current_resolved else [],
+        "removed_fields": removed,
+        "new_fields": new_fields,
         "speculative": speculative,
     }
 
@@ -385,8 +390,9 @@ def render_markdown(report):
     out += _table(["field", "set", report["from"], report["to"]],
                   [(c["field"], "set" if c["configured"] else "default", c["current"], c["target"]) for c in args["changed"]]) \
         if args["changed"] else ["(none)"]
-    out += ["", "Fields gone in %s: %s. New fields: %d." % (
-        report["to"], ", ".join(args["removed_fields"]) or "none", len(args["new_fields"])), ""]
+    out += ["", "Fields gone in %s (with its closest new field, a likely rename): %s. New fields: %d." % (
+        report["to"], ", ".join(r["field"] + (" (%s)" % ", ".join(r["closest"]) if r["closest"] else "")
+                                for r in args["removed_fields"]) or "none", len(args["new_fields"])), ""]
     out += _table(["environment variable", "value", "read by %s" % report["from"], "read by %s" % report["to"],
                    "read by the active set", "read by the target's set"],
                   [(r["name"], r["value"], "yes" if r["current_reads"] else "no", "yes" if r["target_reads"] else "no",

@@ -108,8 +108,9 @@ SPEC = {"speculative_algorithm": "EAGLE3", "spec_v2": True, "disable_overlap_sch
 
 
 def test_server_args_name_refused_flags_with_the_closest_field_and_changed_defaults():
-    current = _check(dict(SPEC, tp_size=8, chunked_prefill_size=8192, enable_metrics=True, old_field=1))
-    target = _check(dict(SPEC, tp_size=8, chunked_prefill_size=4096, enable_metrics=True, enable_metric=True), [
+    current = _check(dict(SPEC, tp_size=8, chunked_prefill_size=8192, enable_metrics=True, old_field=1, cuda_graph_max_bs=8))
+    target = _check(dict(SPEC, tp_size=8, chunked_prefill_size=4096, enable_metrics=True, enable_metric=True,
+                         cuda_graph_max_bs_decode=8), [
         {"flag": "--enable-metrics", "variable": "sglang_server_args.enable_metrics",
          "message": "SGLang's argument parser: unrecognized arguments: --enable-metrics"}])
     compared = report.compare_server_args(current, target, ["tp_size", "enable_metrics"])
@@ -117,7 +118,9 @@ def test_server_args_name_refused_flags_with_the_closest_field_and_changed_defau
                                     "message": "SGLang's argument parser: unrecognized arguments: --enable-metrics",
                                     "closest": ["enable_metrics"]}]
     assert compared["changed"] == [{"field": "chunked_prefill_size", "current": 8192, "target": 4096, "configured": False}]
-    assert compared["removed_fields"] == ["old_field"] and compared["new_fields"] == ["enable_metric"]
+    assert compared["removed_fields"] == [{"field": "cuda_graph_max_bs", "closest": ["cuda_graph_max_bs_decode"]},
+                                          {"field": "old_field", "closest": []}]
+    assert compared["new_fields"] == ["cuda_graph_max_bs_decode", "enable_metric"]
     assert compared["speculative"]["speculative_algorithm"] == {"current": "EAGLE3", "target": "EAGLE3"}
 
 
