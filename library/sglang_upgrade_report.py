@@ -12,7 +12,7 @@ module: sglang_upgrade_report
 short_description: Report, from the real wheels, what upgrading SGLang would meet; write it as Markdown and JSON
 version_added: "1.0.0"
 description:
-  - Runs on the controller (C(delegate_to: localhost)) and reads only files there; no managed node is touched.
+  - "Runs on the controller (C(delegate_to: localhost)) and reads only files there; no managed node is touched."
   - "Reads the target release's wheel O(wheel) and the current one O(current_wheel): each patch of the active set
     (O(active_set)) and of the target's own set (O(target_set)) is applied in set order to the target's pristine
     files with the role's strict applier (module_utils/unified_diff.py) and classified clean, offset, fuzz (a hunk

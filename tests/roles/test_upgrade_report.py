@@ -2,8 +2,9 @@
 
 The inventory's one node is an address nothing answers at (TEST-NET-3): a task that contacted it
 would fail the run as unreachable, so every passing run proves the report touches no node. The
-parser venvs of both releases are built once into .cache/upgrade (the role's default cache) and
-reused by later sessions; the reports go to a temporary folder.
+target's parser venv is built once into .cache/upgrade (the role's default cache) and
+reused by later sessions (the current release's is the suite's own .cache/parser-venv); the reports
+go to a temporary folder.
 """
 
 import itertools
@@ -11,7 +12,7 @@ import json
 
 import pytest
 from ansible_run import REPO, run_playbook
-from parser_venv import ensure_wheelhouse
+from parser_venv import ensure_parser_venv, ensure_wheelhouse
 
 FROM, TARGET = "0.5.9", "0.5.23"
 NODE = "upgrade-node"
@@ -38,10 +39,9 @@ def upgrade(tmp_path_factory):
             "sglang_version": version,
             "sglang_upgrade_report_only": True,
             "sglang_upgrade_wheelhouse": str(wheelhouse),
-            "sglang_upgrade_parser_requirements": {
-                FROM: str(REPO / "tests" / "wheelhouse" / "parser-requirements.txt"),
-                TARGET: str(REPO / "tests" / "wheelhouse" / f"parser-requirements-{TARGET}.txt"),
-            },
+            # The current release runs in the suite's own parser venv (0.5.9, built for other tests too).
+            "sglang_upgrade_parser_pythons": {FROM: ensure_parser_venv()},
+            "sglang_upgrade_parser_requirements": {TARGET: str(REPO / "tests" / "wheelhouse" / f"parser-requirements-{TARGET}.txt")},
             "sglang_upgrade_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "target"),
             "sglang_upgrade_draft_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "draft"),
             "sglang_upgrade_report_dir": str(reports),

@@ -2,7 +2,10 @@
 target's files, both releases' ServerArgs compared, the environment's readers, the stack, the verdict."""
 
 import difflib
+import json
+import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -211,15 +214,22 @@ def test_the_markdown_leads_with_the_refusal_and_has_every_section():
     assert "| sglang-0.5.9/0001-x.patch | clean |  |" in text
 
 
-def test_the_module_reads_only_the_patched_and_the_rules_files_of_a_wheel(tmp_path):
-    import zipfile
-
-    sys.path.insert(0, str(REPO / "library"))
-    import sglang_upgrade_report as module  # noqa: E402
-
+def test_the_module_reads_only_the_patched_and_the_rules_files_of_a_wheel(tmp_path, project_module):
+    module = project_module("library/sglang_upgrade_report.py")
     wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(PATH, "".join(BASE))
         archive.writestr("pkg/other.py", "SGLANG_X = 1\n")
     assert module.wheel_files(str(wheel), [PATH, "pkg/gone.py"]) == {PATH: "".join(BASE).encode(), "pkg/gone.py": None}
     assert sorted(module.python_sources(str(wheel))) == [b"SGLANG_X = 1\n", "".join(BASE).encode()]
+
+
+def test_an_interpreter_given_for_a_release_must_have_that_release(tmp_path):
+    (tmp_path / "sglang-9.9-py3-none-any.whl").write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "roles" / "sglang_upgrade" / "files" / "parser_venv.py"), "--python", sys.executable,
+         str(tmp_path), "9.9", str(tmp_path / "venv"), "-"],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["msg"].startswith(f"sglang_upgrade_parser_pythons: {sys.executable} has no sglang 9.9")
+    assert not (tmp_path / "venv").exists()

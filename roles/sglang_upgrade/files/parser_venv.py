@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fetch one SGLang release's wheel and make (once) the controller venv in which its own ServerArgs runs.
 
-    parser_venv.py WHEELS VERSION VENV REQUIREMENTS [PIP SOURCE ARGUMENTS...]
+    parser_venv.py [--python PYTHON] WHEELS VERSION VENV REQUIREMENTS [PIP SOURCE ARGUMENTS...]
 
 The wheel of sglang==VERSION is taken from WHEELS, or downloaded there first (pip download
 --no-deps, from the sources given; a release may ship a pure or a binary wheel). Exit code 2,
@@ -12,6 +12,10 @@ name==version lines with pip --no-deps (the parser-only closure, as tests/parser
 test suite's; a sglang line there is left out, the wheel is the release); with REQUIREMENTS "-"
 pip resolves the wheel's own dependencies from the sources. Then `import sglang.srt.server_args`
 must work.
+
+With --python, PYTHON is an interpreter that has sglang==VERSION and its parser closure already
+(the test suite's parser venv): it is used as it is, once its SGLang's version is checked, and no
+venv is made.
 
 A lock (VENV.lock) keeps two runs from building it at once; a marker written last holds the digest
 of the inputs, so an interrupted build, another wheel or another requirements file is rebuilt and
@@ -62,9 +66,24 @@ def requirement_lines(path):
     return [line for line in lines if line and not line.lower().replace("_", "-").startswith("sglang==")]
 
 
+def existing_python(python, version, wheel):
+    """An interpreter given for the release, used once it has that release of SGLang."""
+    done = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('sglang'))"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+    found = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    if found != [version]:
+        fail("sglang_upgrade_parser_pythons: %s has no sglang %s (%s)" % (python, version, done.stdout.strip()[-300:]))
+    print(json.dumps({"python": python, "wheel": wheel, "changed": False}))
+
+
 def main():
-    wheels, version, venv, requirements, source_args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+    given = sys.argv[2] if sys.argv[1] == "--python" else None
+    arguments = sys.argv[3:] if given else sys.argv[1:]
+    wheels, version, venv, requirements, source_args = arguments[0], arguments[1], arguments[2], arguments[3], arguments[4:]
     wheel = release_wheel(wheels, version, source_args)
+    if given:
+        existing_python(given, version, wheel)
+        return
     wanted = requirement_lines(requirements) if requirements != "-" else []
     digest = hashlib.sha256()
     with open(wheel, "rb") as handle:
