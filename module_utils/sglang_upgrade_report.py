@@ -306,6 +306,12 @@ def refusals(report):
             reasons.append("patch %s of the target's set %s on sglang %s: %s" % (
                 patch["name"], "fails" if patch["status"] == "fails" else "needs fuzz", report["to"], patch["reason"]))
     args = report["server_args"]
+    if args["current_errors"]:
+        # Then nothing the target says can be compared: most often the models' config folders are
+        # not on the controller (sglang_upgrade_model_path, sglang_upgrade_draft_model_path).
+        reasons.append("sglang %s itself refuses the canonical configuration on the controller, so the releases cannot "
+                       "be compared (sglang_upgrade_model_path, sglang_upgrade_draft_model_path?): %s" % (
+                           report["from"], "; ".join(args["current_errors"])))
     for entry in args["refused"]:
         reasons.append("sglang %s refuses %s: %s" % (report["to"], entry.get("variable") or entry.get("flag") or "the arguments",
                                                      entry["message"]))

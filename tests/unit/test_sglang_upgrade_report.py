@@ -233,3 +233,11 @@ def test_an_interpreter_given_for_a_release_must_have_that_release(tmp_path):
     assert done.returncode == 1
     assert json.loads(done.stdout)["msg"].startswith(f"sglang_upgrade_parser_pythons: {sys.executable} has no sglang 9.9")
     assert not (tmp_path / "venv").exists()
+
+
+def test_a_configuration_the_current_release_refuses_here_is_refused_naming_the_model_folders():
+    missing = {"flag": "--model-path /data/models/target", "message": "/data/models/target: no such file or directory on the node"}
+    broken = _report(server_args=report.compare_server_args(_check(None, [missing]), _check(None, [missing]), []))
+    assert report.refusals(broken)[0] == (
+        "sglang 0.5.9 itself refuses the canonical configuration on the controller, so the releases cannot be compared "
+        "(sglang_upgrade_model_path, sglang_upgrade_draft_model_path?): /data/models/target: no such file or directory on the node")
