@@ -214,6 +214,9 @@ def _worker_class(worker_tree, adaptive=False):
         logger=logger,
         get_spec=lambda: types.SimpleNamespace(speculative_adaptive=adaptive),
         log_info_on_rank0=lambda log, message: log.info(message),
+        # SGLang's own reading of the attention-DP width (its adaptive speculation refuses DP the same way).
+        resolved_view=lambda server_args: server_args,
+        attn_dp_enabled_of=lambda view: view.attn_dp_size > 1,
     )
     exec(compile(ast.Module(body=methods, type_ignores=[]), WORKER, "exec"), namespace)  # noqa: S102
     return type(
@@ -223,7 +226,7 @@ def _worker_class(worker_tree, adaptive=False):
             "spec_disable_threshold": None,
             "_spec_skipping": False,
             "topk": 1,
-            "server_args": types.SimpleNamespace(enable_dp_attention=False),
+            "server_args": types.SimpleNamespace(attn_dp_size=1, enable_dp_attention=False),
             "_init_spec_skip": namespace["_init_spec_skip"],
             "_skip_speculation_for": namespace["_skip_speculation_for"],
         },
@@ -244,7 +247,7 @@ def test_worker_skips_at_the_threshold_and_resumes_below(worker_tree, monkeypatc
     ]
 
 
-def test_worker_refuses_bad_threshold_topk_dp_attention_and_adaptive_at_start_up(worker_tree, monkeypatch):
+def test_worker_refuses_bad_threshold_topk_attention_dp_and_adaptive_at_start_up(worker_tree, monkeypatch):
     monkeypatch.setenv(SPEC_ENV, "many")
     with pytest.raises(ValueError, match=SPEC_ENV):
         _worker_class(worker_tree)()._init_spec_skip()
@@ -254,8 +257,9 @@ def test_worker_refuses_bad_threshold_topk_dp_attention_and_adaptive_at_start_up
     with pytest.raises(ValueError, match="topk 1"):
         worker._init_spec_skip()
     worker = _worker_class(worker_tree)()
-    worker.server_args = types.SimpleNamespace(enable_dp_attention=True)
-    with pytest.raises(ValueError, match="dp-attention"):
+    # 0.5.23 leaves enable_dp_attention false and takes attention DP from --attn-dp-size.
+    worker.server_args = types.SimpleNamespace(attn_dp_size=2, enable_dp_attention=False)
+    with pytest.raises(ValueError, match="attention DP"):
         worker._init_spec_skip()
     with pytest.raises(ValueError, match="--speculative-adaptive"):
         _worker_class(worker_tree, adaptive=True)()._init_spec_skip()
@@ -272,6 +276,9 @@ def test_init_decode_path_draft_and_draft_forward_use_the_switch(worker_tree):
         return ast.unparse(next(n for n in classes[cls].body if isinstance(n, ast.FunctionDef) and n.name == name))
 
     assert "self._init_spec_skip()" in method("EAGLEWorkerV2", "__init__")
+    assert "attn_dp_enabled_of(resolved_view(self.server_args))" in method("EAGLEWorkerV2", "_init_spec_skip")
+    imported = {alias.name for n in worker_tree.body if isinstance(n, ast.ImportFrom) for alias in n.names}
+    assert {"attn_dp_enabled_of", "resolved_view", "log_info_on_rank0", "get_spec"} <= imported
     forward = method("EAGLEWorkerV2", "forward_batch_generation")
     assert "skip_draft_steps = self._skip_speculation_for(batch.seq_lens.shape[0])" in forward
     assert "self.draft_worker.draft(batch, skip_draft_steps=skip_draft_steps)" in forward
