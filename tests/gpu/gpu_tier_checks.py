@@ -25,7 +25,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "roles", "nccl_measure", "files"))
 sys.path.insert(0, os.path.join(REPO, "filter_plugins"))
 
-# What the device's H200 nodes must be (the inventory inventory/device-h200 says the same).
+# What the device's nodes must be (the inventory inventory/device-h200 says the same). The GPU
+# name is the device's H200 unless run-gpu-tier is told another (GPU_TIER_GPU_NAME_PATTERN: the
+# device lends H100s too, which differ from H200s here only in name and memory).
 NAME_PATTERN = "H200"
 COMPUTE_CAPABILITY = "9.0"
 PCIE_GEN_MAX = 5
@@ -201,13 +203,13 @@ class Checks:
         return [c for c in self.items if not c["ok"]]
 
 
-def check_topology(checks, topo, gpus):
+def check_topology(checks, topo, gpus, name_pattern=NAME_PATTERN):
     checks.equal("gpu_topology: GPU count", gpus, topo.get("gpu_count"))
     names = [g.get("name") for g in topo.get("gpus", [])]
     checks.add(
-        f"gpu_topology: every name matches {NAME_PATTERN!r}",
-        names and all(re.search(NAME_PATTERN, n or "") for n in names),
-        NAME_PATTERN,
+        f"gpu_topology: every name matches {name_pattern!r}",
+        names and all(re.search(name_pattern, n or "") for n in names),
+        name_pattern,
         names,
     )
     ccs = [g.get("compute_capability") for g in topo.get("gpus", [])]
@@ -374,7 +376,7 @@ def check_nccl(checks, records, choice, gpus, label, settings_all=None):
     )
 
 
-def run_checks(results, gpus, main_rc=None, wrong_rc=None, wrong_log=None):
+def run_checks(results, gpus, main_rc=None, wrong_rc=None, wrong_log=None, name_pattern=NAME_PATTERN):
     import nccl_choice
 
     def read_json(name):
@@ -394,7 +396,7 @@ def run_checks(results, gpus, main_rc=None, wrong_rc=None, wrong_log=None):
     checks.add("sglang_stack facts recorded", stack is not None)
     checks.add("torch report recorded", report is not None)
     if topo is not None:
-        check_topology(checks, topo, gpus)
+        check_topology(checks, topo, gpus, name_pattern)
         query = os.path.join(results, "nvidia-smi-query-gpu.csv")
         topo_m = os.path.join(results, "nvidia-smi-topo-m.txt")
         if os.path.exists(query) and os.path.exists(topo_m):
@@ -520,6 +522,7 @@ def main(argv=None):
     p.add_argument("--main-rc", type=int)
     p.add_argument("--wrong-rc", type=int)
     p.add_argument("--wrong-log")
+    p.add_argument("--gpu-name-pattern", default=NAME_PATTERN, help="what every GPU's name must match")
     args = parser.parse_args(argv)
 
     if args.command == "torch-report":
@@ -534,7 +537,7 @@ def main(argv=None):
             json.dump(choice, fh, indent=1, sort_keys=True)
         print(f"p2p-off baseline: chosen {choice.get('chosen')!r}: {choice.get('decision')}")
         return 0
-    checks = run_checks(args.results, args.gpus, args.main_rc, args.wrong_rc, args.wrong_log)
+    checks = run_checks(args.results, args.gpus, args.main_rc, args.wrong_rc, args.wrong_log, args.gpu_name_pattern)
     with open(os.path.join(args.results, "checks.json"), "w", encoding="utf-8") as fh:
         json.dump(checks.items, fh, indent=1)
     text = summary_text(args.results, checks, args.gpus)
