@@ -21,7 +21,8 @@ short_description: Record would-be changes of a drift scan as the host fact sgla
 description:
   - Active only in plays whose variables set C(sglang_drift_scan=true) (templated).
   - Each changed task result is appended to the host's C(sglang_drift_items) fact,
-    labelled with its role, task and loop item.
+    labelled with its role and task; a loop's result gives one entry per changed item, labelled
+    with the item's label too.
   - The fact is for playbooks/drift.yml's report only; no play decides which nodes converge from it.
 requirements:
   - enabled in ansible.cfg (callbacks_enabled)
@@ -57,13 +58,26 @@ class CallbackModule(CallbackBase):
     def _record(self, result):
         task = result._task  # pylint: disable=protected-access
         host = result._host.get_name()  # pylint: disable=protected-access
-        label = task.get_name()  # already "role : task" for role tasks
-        item = result._result.get("item")  # pylint: disable=protected-access
-        if item is not None:
-            label += f" ({item.get('key', item) if isinstance(item, dict) else item})"
-        drifted = result._result.get("drifted")  # pylint: disable=protected-access
-        if drifted:
-            label += f" [drifted: {', '.join(map(str, drifted))}]"
+        name = task.get_name()  # already "role : task" for role tasks
         items = self._items.setdefault(host, [])
-        items.append(label)
+        items.extend(drifted_items(name, result._result))  # pylint: disable=protected-access
         self._variable_manager.set_nonpersistent_facts(host, {"sglang_drift_items": list(items)})
+
+
+def drifted_items(name, res):
+    """The report's lines for one changed task result: the task's name, and for a loop each changed
+    item by its label (the file a loop over files would rewrite), each with what the module says
+    drifted. A result whose output no_log hid is the task's name alone."""
+    loop = [item for item in res.get("results") or [] if isinstance(item, dict)]
+    if loop:
+        return [_label(name, item.get("_ansible_item_label", item.get("item")), item.get("drifted"))
+                for item in loop if item.get("changed")] or [name]
+    return [_label(name, res.get("item"), res.get("drifted"))]
+
+
+def _label(name, item, drifted):
+    if item is not None:
+        name += f" ({item.get('key', item) if isinstance(item, dict) else item})"
+    if drifted:
+        name += f" [drifted: {', '.join(map(str, drifted))}]"
+    return name

@@ -226,8 +226,9 @@ def test_check_mode_on_a_converged_node_changes_nothing(drift):
 # What test_check_mode_and_the_drift_scan_* make drift: one listed item per kind, each naming the
 # task that would repair it.
 SCANNED_DRIFT = {
-    "unit-edited": "Write the systemd unit",
-    "env-file-edited": "Write the server's environment file",
+    # a loop over files: each changed file is listed by its path
+    "unit-edited": f"Write the server's unit and environment file ({node_state.UNIT})",
+    "env-file-edited": f"Write the server's unit and environment file ({node_state.ENV_FILE})",
     "secrets-file-mode-changed": "Write the server's secrets file",
     "service-stopped": "Enable the service on boot and start it",
     "patched-file-reverted": "Apply the patch sets to the installed SGLang",

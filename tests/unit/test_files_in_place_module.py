@@ -138,27 +138,46 @@ def test_the_filter_refuses_a_declaration_it_cannot_pair_with_contents(wanted, d
         wanted(declared, copied, rendered)
 
 
+# The loops a writing task may have: every entry of one kind, or those of one kind split into the
+# entries without and those with `secret` (a task of its own with no_log: no_log on one item of a
+# loop censors the whole loop's result, the other files' diffs and drift report with it).
+def _loop_selection(declaration, loop):
+    """(kind, secret) the loop selects: secret None for all of the kind, else whether the secret ones."""
+    for kind in WRITING_MODULES.values():
+        if loop == f"{{{{ {declaration} | selectattr('{kind}', 'defined') }}}}":
+            return kind, None
+        if loop == f"{{{{ {declaration} | selectattr('{kind}', 'defined') | rejectattr('secret', 'defined') }}}}":
+            return kind, False
+    if loop == f"{{{{ {declaration} | selectattr('secret', 'defined') }}}}":
+        return "template", True
+    raise AssertionError(f"a loop over something else than one kind of {declaration}: {loop}")
+
+
 @pytest.mark.parametrize("role", sorted(DECLARING_ROLES))
 def test_write_yml_writes_the_declaration_and_nothing_else(role):
     """A file written by write.yml but not declared (or declared but not written) cannot be added:
-    every writing task loops over one kind of the declaration and writes item.path, and every
-    declared entry is of exactly one kind that a task writes."""
+    every writing task loops over one kind of the declaration (its secret entries apart, under
+    no_log) and writes item.path, and every declared entry is written by exactly one task."""
     declaration = DECLARING_ROLES[role]
-    kinds_written = []
+    selections = []
     for task, module in _writing_tasks(role):
         args = task[module]
         if args.get("state") == "absent":
             continue  # a removal (the watchdog's credential off gateways), not a file written
-        kind = WRITING_MODULES[module]
-        assert task.get("loop") == f"{{{{ {declaration} | selectattr('{kind}', 'defined') }}}}", task["name"]
+        kind, secret = _loop_selection(declaration, task.get("loop"))
+        assert kind == WRITING_MODULES[module], task["name"]
         assert args.get("dest", args.get("path")) == "{{ item.path }}", task["name"]
         assert args["mode"] == "{{ item.mode }}", task["name"]
-        kinds_written.append(kind)
-    assert len(kinds_written) == len(set(kinds_written)), f"{role}: two tasks write the same kind"
+        # only the secrets' task hides its result, and it hides it whole
+        assert task.get("no_log", False) is (secret is True), task["name"]
+        selections.append((kind, secret))
     role_dir = REPO / "roles" / role
     for entry in _declared_entries(role):
         kinds = [kind for kind in WRITING_MODULES.values() if kind in entry]
-        assert len(kinds) == 1 and kinds[0] in kinds_written, f"{role}: {entry} is written by no task of write.yml"
+        assert len(kinds) == 1, f"{role}: {entry} is not of exactly one kind"
+        writers = [(kind, secret) for kind, secret in selections
+                   if kind == kinds[0] and secret in (None, "secret" in entry)]
+        assert len(writers) == 1, f"{role}: {entry} is written by {len(writers)} tasks of write.yml, not one"
         if "src" in entry:
             assert (role_dir / "files" / entry["src"]).is_file(), entry
         if "template" in entry:
