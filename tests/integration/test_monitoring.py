@@ -244,10 +244,10 @@ def test_alertmanager_turned_off_is_stopped_and_prometheus_sends_to_it_no_more(g
 
 
 def test_drift_scan_names_an_edited_rule_and_a_stopped_alertmanager_and_one_run_repairs_both(gateway_fleet):
-    # Issue 38: drift.yml ignored the monitor (rc 0 with both).
+    # Issue 38: drift.yml ignored the monitor (rc 0 with both). The fleet comes converged (each
+    # file leaves it so); the scan after the repair, which must pass, shows the report is not
+    # always red, and only the monitor may be named in the drifted one.
     monitor = gateway_fleet.monitor
-    clean = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
-    assert clean.rc == 0, failure_messages(clean)
     monitor.ssh(f"sed -i 's/for: 5s/for: 9m/' {RULES} && systemctl stop prometheus-alertmanager", check=True)
     try:
         scan = run_playbook("playbooks/drift.yml", gateway_fleet.inventory)
