@@ -80,3 +80,32 @@ def test_every_node_is_checked_at_once_and_a_refusal_stops_the_run_before_the_fi
     check = checks[0]
     assert "serial" not in check and check["any_errors_fatal"] is True and check["check_mode"] is True
     assert "groups['sglang_nodes']" in check["hosts"], check["hosts"]
+
+
+# The roles of the converge play whose checks the check play runs first, each by its `check` entry point.
+CHECKED_ROLES = ("sglang_patches", "nccl_tuning", "sglang_service", "sglang_watchdog")
+SKIP_FLAG = "__sglang_checked_before_the_batches"
+
+
+def test_the_check_play_runs_each_roles_check_and_the_converge_play_does_not_repeat_it():
+    """Play 2 runs every converge role's tasks/check.yml under that role's tags in play 3; play 3
+    tells the roles so (except in a dry run, which has no check play), and each role includes its
+    check.yml only when not told: one include, skipped whole, so the check play's registered
+    results stand (a skipped task would overwrite its register)."""
+    plays = _site_plays()
+    converge_at = next(i for i, play in enumerate(plays) if "sglang_service" in _role_names(play))
+    converge, check = plays[converge_at], plays[converge_at - 1]
+    role_tags = {role["role"]: set(role.get("tags", [])) for role in converge["roles"] if isinstance(role, dict)}
+    checked = {task["ansible.builtin.import_role"]["name"]: set(task.get("tags", []))
+               for task in check["tasks"] if task["ansible.builtin.import_role"].get("tasks_from") == "check"}
+    assert sorted(checked) == sorted(CHECKED_ROLES), check["tasks"]
+    for role, tags in checked.items():
+        assert tags == role_tags[role], f"{role}: checked under {sorted(tags)}, converged under {sorted(role_tags[role])}"
+    flag = converge["vars"][SKIP_FLAG]
+    assert "sglang_drift_only" in flag and "ansible_check_mode" in flag and flag.startswith("{{ not ")
+    for role in CHECKED_ROLES:
+        main = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+        includes = [task for task in main if task.get("ansible.builtin.include_tasks", {}).get("file") == "check.yml"]
+        assert len(includes) == 1, f"{role}: tasks/main.yml does not include check.yml once"
+        assert includes[0]["when"] == f"not ({SKIP_FLAG} | default(false) | bool)", includes[0]
+        assert not [task for task in main if "check.yml" in str(task.get("ansible.builtin.import_tasks", ""))], role
