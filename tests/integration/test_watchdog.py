@@ -1,13 +1,14 @@
 """The watchdog (issue 15 §3), journald retention and /metrics under load, on one converged node
 (conftest's converged_node) for the whole file; the tests run in file order.
 
-A steady load runs on the node for LOAD_SECONDS from the first test that asks for it on (the
-module fixture `load`, a background thread), so the read-only checks of /metrics and the journal
-limit overlap it; the test that reads the load's result (the healthy loaded server was never
-restarted, the timer ticked throughout) comes after them. The drift repair, which stops the
-timer, the second run and the refusals of issue 38 §5 (a probe path the server does not serve,
-a lock no deploy writes) come only after the load, so that no tick of the load's window is lost
-to them; the SIGUSR1 hang (which must be restarted) comes last.
+A steady load runs on the node for LOAD_SECONDS from the first test that asks for it on (the module
+fixture `load`, a background thread). The read-only checks of /metrics and the journal limit, a
+second run (a no-op: it restarts nothing, so it holds no deploy lock that would silence the timer)
+and the refusals of issue 38 §5 that stop before any change (a probe path the server does not serve,
+values that contradict each other) overlap it; the test that reads the load's result (the healthy
+loaded server was never restarted, the timer ticked throughout) comes after them. The drift repair,
+which stops the timer, and a lock no deploy writes come only after the load, so that no tick of the
+load's window is lost to them; the SIGUSR1 hang (which must be restarted) comes last.
 """
 
 from __future__ import annotations
@@ -186,46 +187,6 @@ def test_production_doc_lists_the_watchdog_settings_in_force(node):
     assert f"http://127.0.0.1:{PORT}/health_generate" in section
 
 
-def test_a_healthy_server_under_load_is_never_restarted(node, load):
-    n = node.node
-    load.thread.join(timeout=max(0.0, LOAD_SECONDS - (time.monotonic() - load.started)) + 60)
-    result = load.thread.result
-    assert result is not None, "the load did not finish"
-    assert result.returncode == 0, result.stderr
-    counts = json.loads(result.stdout.strip().splitlines()[-1])
-    assert counts["failed"] == 0 and counts["ok"] >= LOAD_SECONDS // 2, counts
-    assert node_state.main_pid(n) == node.pid, "the server was restarted during the load"
-    state = _watchdog_state(n)
-    assert state["restarts_total"] == 0, state
-    journal = _ssh(n, f"journalctl --no-pager -o cat -u {WATCHDOG}.service --since '{load.since}'")
-    # (a single slow probe on a starved CI machine may be logged; what must not happen is a restart)
-    assert "restarting" not in journal and "restart queued" not in journal, journal[-3000:]
-    ticks = journal.count("Finished")
-    # at least half the ticks of the timer (a starved CI machine runs it late, never not at all)
-    assert ticks >= LOAD_SECONDS // INTERVAL // 2, f"only {ticks} watchdog runs during the load"
-
-
-def test_drift_of_the_watchdog_is_repaired_by_one_run(node):
-    n = node.node
-    unit = f"/etc/systemd/system/{WATCHDOG}.service"
-    before = _ssh(n, f"sha256sum {unit}")
-    _ssh(n, f"systemctl disable --now {WATCHDOG}.timer && sed -i 's/^ProtectSystem=strict/ProtectSystem=no/' {unit} "
-            "&& systemctl daemon-reload")
-    assert _show(n, f"{WATCHDOG}.timer", "ActiveState") == "inactive"
-    assert _ssh(n, f"sha256sum {unit}") != before
-    pid = node_state.main_pid(n)
-
-    repair = _site(node)
-
-    assert repair.rc == 0, node_state.failure_messages(repair)
-    assert node_state.host_changed(repair, node.name) > 0
-    assert _ssh(n, f"sha256sum {unit}") == before
-    assert _show(n, f"{WATCHDOG}.timer", "UnitFileState") == "enabled"
-    assert _show(n, f"{WATCHDOG}.timer", "ActiveState") == "active"
-    assert _show(n, f"{WATCHDOG}.service", "ProtectSystem") == "strict"
-    assert node_state.main_pid(n) == pid, "repairing the watchdog restarted the server"
-
-
 def test_a_second_run_changes_nothing(node):
     n = node.node
     journald = _show(n, "systemd-journald.service", "MainPID")
@@ -278,6 +239,46 @@ def test_watchdog_values_that_contradict_each_other_are_refused_in_check_mode(no
     messages = "\n".join(node_state.failure_messages(refused))
     assert wanted in messages, messages
     assert _fingerprint(n) == before
+
+
+def test_a_healthy_server_under_load_is_never_restarted(node, load):
+    n = node.node
+    load.thread.join(timeout=max(0.0, LOAD_SECONDS - (time.monotonic() - load.started)) + 60)
+    result = load.thread.result
+    assert result is not None, "the load did not finish"
+    assert result.returncode == 0, result.stderr
+    counts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert counts["failed"] == 0 and counts["ok"] >= LOAD_SECONDS // 2, counts
+    assert node_state.main_pid(n) == node.pid, "the server was restarted during the load"
+    state = _watchdog_state(n)
+    assert state["restarts_total"] == 0, state
+    journal = _ssh(n, f"journalctl --no-pager -o cat -u {WATCHDOG}.service --since '{load.since}'")
+    # (a single slow probe on a starved CI machine may be logged; what must not happen is a restart)
+    assert "restarting" not in journal and "restart queued" not in journal, journal[-3000:]
+    ticks = journal.count("Finished")
+    # at least half the ticks of the timer (a starved CI machine runs it late, never not at all)
+    assert ticks >= LOAD_SECONDS // INTERVAL // 2, f"only {ticks} watchdog runs during the load"
+
+
+def test_drift_of_the_watchdog_is_repaired_by_one_run(node):
+    n = node.node
+    unit = f"/etc/systemd/system/{WATCHDOG}.service"
+    before = _ssh(n, f"sha256sum {unit}")
+    _ssh(n, f"systemctl disable --now {WATCHDOG}.timer && sed -i 's/^ProtectSystem=strict/ProtectSystem=no/' {unit} "
+            "&& systemctl daemon-reload")
+    assert _show(n, f"{WATCHDOG}.timer", "ActiveState") == "inactive"
+    assert _ssh(n, f"sha256sum {unit}") != before
+    pid = node_state.main_pid(n)
+
+    repair = _site(node)
+
+    assert repair.rc == 0, node_state.failure_messages(repair)
+    assert node_state.host_changed(repair, node.name) > 0
+    assert _ssh(n, f"sha256sum {unit}") == before
+    assert _show(n, f"{WATCHDOG}.timer", "UnitFileState") == "enabled"
+    assert _show(n, f"{WATCHDOG}.timer", "ActiveState") == "active"
+    assert _show(n, f"{WATCHDOG}.service", "ProtectSystem") == "strict"
+    assert node_state.main_pid(n) == pid, "repairing the watchdog restarted the server"
 
 
 def test_a_lock_no_deploy_writes_is_ignored_logged_and_exported(node):
