@@ -52,8 +52,9 @@ def fleet(gateway_fleet, tmp_path_factory):
     inventory = fleet_inventory(gateway_fleet.harness_inventory,
                                 tmp_path_factory.mktemp("watchdog-gateway") / "inventory.yml",
                                 {victim.name: WATCHDOG_VARS})
-    # Only the victim's variables differ from the fleet's inventory: a run limited to it applies them.
-    run = run_playbook("site.yml", inventory, limit=victim.name)
+    # Only the victim's variables differ from the fleet's inventory: a run limited to it (and the
+    # gateways, which publish the endpoint its watchdog reaches) applies them.
+    run = run_playbook("site.yml", inventory, limit=f"{victim.name},sglang_gateways")
     assert run.rc == 0, run.failure_messages() or run.stdout[-5000:]
     gateway = DeployedGateway(inventory)
     urls = [_worker_url(node) for node in gateway_fleet.nodes]
@@ -61,7 +62,7 @@ def fleet(gateway_fleet, tmp_path_factory):
     yield type("Fleet", (), {"victim": victim, "gateway": gateway, "urls": urls, "nodes": gateway_fleet.nodes,
                              "api_key": gateway_fleet.api_key})
     victim.ssh("systemctl restart sglang.service")  # never leave a hung server behind
-    restore = run_playbook("site.yml", gateway_fleet.inventory, limit=victim.name)
+    restore = run_playbook("site.yml", gateway_fleet.inventory, limit=f"{victim.name},sglang_gateways")
     assert restore.rc == 0, restore.failure_messages() or restore.stdout[-5000:]
     gateway.wait_workers(urls, timeout=180)
 
