@@ -62,10 +62,29 @@ def resolve_server_args(argv):
     return prepare_server_args(parse_argv)
 
 
-def spec_v2_enabled():
+def server_args_fields(server_args):
+    """Every ServerArgs field as the release resolved it: 0.5.9's dataclass, or 0.5.23's record
+    with its resolution declared over it (as module_utils/sglang_args_probe.py's resolved_fields
+    reads them; the double runs on the node, where the project's module_utils are not)."""
+    if dataclasses.is_dataclass(server_args):
+        return dataclasses.asdict(server_args)
+    from sglang.srt.arg_groups.arg_utils import record_fields  # pylint: disable=import-outside-toplevel
+    from sglang.srt.arg_groups.model_override_base import resolved_view  # pylint: disable=import-outside-toplevel
+
+    view = resolved_view(server_args)
+    return {field.name: getattr(view, field.name, None) for field in record_fields(type(server_args))}
+
+
+def spec_v2_enabled(fields):
+    """Whether the release runs the spec v2 worker (the overlap scheduler's) for these server_args:
+    0.5.9 opts in with SGLANG_ENABLE_SPEC_V2; a release without that switch (0.5.23) runs it for
+    every speculative algorithm unless the overlap schedule is turned off."""
     from sglang.srt.environ import envs  # pylint: disable=import-outside-toplevel
 
-    return bool(envs.SGLANG_ENABLE_SPEC_V2.get())
+    switch = getattr(envs, "SGLANG_ENABLE_SPEC_V2", None)
+    if switch is not None:
+        return bool(switch.get())
+    return bool(fields.get("speculative_algorithm")) and not fields.get("disable_overlap_schedule")
 
 
 def sglang_package_folder():
@@ -98,8 +117,8 @@ def resolve_or_remember(argv):
             remembered = json.load(handle)
         print(f"sglang server TEST DOUBLE: {os.path.basename(path)} was accepted before; parser not run", flush=True)
         return remembered["server_args"], remembered["spec_v2"]
-    fields = json.loads(json.dumps(dataclasses.asdict(resolve_server_args(argv)), default=str))
-    spec_v2 = spec_v2_enabled()
+    fields = json.loads(json.dumps(server_args_fields(resolve_server_args(argv)), default=str))
+    spec_v2 = spec_v2_enabled(fields)
     if path:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as handle:

@@ -13,7 +13,7 @@ def double(project_module, tmp_path, monkeypatch):
     (package / "srt" / "server_args.py").write_text("# the parser\n")
     monkeypatch.setattr(module, "sglang_package_folder", lambda: str(package))
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))
-    monkeypatch.setattr(module, "spec_v2_enabled", lambda: True)
+    monkeypatch.setattr(module, "spec_v2_enabled", lambda fields: True)
     module.parsed = []
 
     class Resolved:  # what dataclasses.asdict reads of SGLang's ServerArgs
