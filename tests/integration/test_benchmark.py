@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import expected
 import pytest
 import yaml
 
@@ -35,7 +36,7 @@ SERVER_INFO = "curl -sf http://127.0.0.1:30000/server_info"
 
 
 # The interpreter sglang_install makes (roles/sglang defaults; the test inventory keeps them).
-SGLANG_PYTHON = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())["sglang_venv"] + "/bin/python"
+SGLANG_PYTHON = expected.testnode_vars()["sglang_python"]
 
 
 @pytest.fixture(scope="module")

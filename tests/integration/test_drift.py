@@ -19,16 +19,14 @@ import re
 import shlex
 import types
 
+import expected
 import node_state
 import pytest
-import yaml
 from ansible_run import run_playbook
-from project_modules import REPO
 
 EXTRA = {"nccl_tuning_delivery": "sitecustomize"}
-# The venv sglang_install makes (roles/sglang defaults; the test inventory keeps it).
-SGLANG_VENV = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml")
-                             .read_text())["sglang_venv"]
+# The venv sglang_install makes for the release (roles/sglang defaults; the test inventory keeps it).
+SGLANG_VENV = expected.testnode_vars()["sglang_venv"]
 NCCL_MARK = "sglang-canon nccl_tuning"
 NODE_EXPORTER, NODE_EXPORTER_ARGS = "/usr/bin/prometheus-node-exporter", "/etc/default/prometheus-node-exporter"
 

@@ -98,7 +98,7 @@ def fixture_world(tmp_path_factory):
     sources = [dict(SOURCES[0], index_url=write_simple_index(root / "cu130", cu130)),
                dict(SOURCES[1], find_links=str(wheelhouse))]
     return {"root": root, "pypi_index": write_simple_index(root / "pypi", pypi), "sources": sources,
-            "venv": root / "venv", "wheelhouse": wheelhouse}
+            "venv": root / "venvs" / "0.5.9", "wheelhouse": wheelhouse}
 
 
 def run_role(world, sources, wheelhouse=""):
@@ -108,7 +108,9 @@ def run_role(world, sources, wheelhouse=""):
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
-        "sglang_venv": str(world["venv"]),
+        # one venv per release: the role installs into sglang_venvs_dir/sglang_version
+        "sglang_venvs_dir": str(world["venv"].parent),
+        "sglang_releases_record": str(world["venv"].parent / "releases.json"),
         "sglang_install_index_url": world["pypi_index"],
         "sglang_install_sources": sources,
         "sglang_install_wheelhouse": wheelhouse,
@@ -227,7 +229,7 @@ def test_a_wheelhouse_with_other_builds_too_installs_the_pinned_cu130_builds(wor
     for name, version in (("torch", "2.9.1+rocm6.4"), ("torch", "2.9.1+cu130"), ("torchaudio", "2.9.1+rocm6.4"),
                           ("torchaudio", "2.9.1+cu130"), ("sgl-kernel", "0.3.21")):
         build_standin_wheel(wheelhouse, name, version)
-    air_gapped = dict(world, venv=tmp_path / "venv")
+    air_gapped = dict(world, venv=tmp_path / "venvs" / "0.5.9")
     run = run_role(air_gapped, world["sources"], wheelhouse=str(wheelhouse))
     assert run["rc"] == 0, run["stdout"][-4000:]
     command = run["tasks"]["Run pip install"]["cmd"]

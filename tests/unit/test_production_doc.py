@@ -175,7 +175,7 @@ def test_command_line_is_the_argv_filters(full, sglang_argv):
     expected = sglang_argv(full["args"])
     # one flag per line, joined back it is exactly launcher + argv
     words = block.replace(" \\\n  ", " ").split()
-    assert words == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + expected
+    assert words == ["/opt/sglang/venvs/0.5.9/bin/python", "-m", "sglang.launch_server"] + expected
     assert "  --speculative-eagle-topk 1 \\\n" in block
 
 
