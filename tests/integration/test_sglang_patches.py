@@ -158,7 +158,9 @@ def test_reinstalled_package_is_patched_again(node, paths):
 
 def test_set_for_another_version_is_refused_naming_both(node, paths):
     before = _hashes(node, paths)
-    run = node.converge(tags=TAGS, extravars={"sglang_version": "0.5.8"})
+    # The inventory says 0.5.8 while the interpreter the service runs holds 0.5.9 (that release's
+    # venv: with releases side by side, sglang_version alone would name 0.5.8's, which is not there).
+    run = node.converge(tags=TAGS, extravars={"sglang_version": "0.5.8", "sglang_python": paths.python})
     assert run.rc != 0
     assert any("0.5.9" in m and "0.5.8" in m for m in run.failure_messages()), run.failure_messages()
     assert _hashes(node, paths) == before
