@@ -11,6 +11,8 @@ import json
 import shlex
 import time
 
+import expected
+
 SERVICE = "sglang.service"
 UNIT = "/etc/systemd/system/sglang.service"
 ENV_FILE = "/etc/sglang/sglang.env"
@@ -22,7 +24,8 @@ WATCHDOG_PROGRAM = f"{LIBEXEC}/sglang-watchdog"
 WATCHDOG_UNITS = ("/etc/systemd/system/sglang-watchdog.service", "/etc/systemd/system/sglang-watchdog.timer")
 WATCHDOG_TIMER = WATCHDOG_UNITS[1]
 STATE_DIR = "/var/lib/sglang-canon"
-MANIFEST = f"{STATE_DIR}/patches/sglang.manifest.json"
+# One patch record per release (sglang_patches_dir), the one of the release the test node serves.
+MANIFEST = expected.testnode_vars()["sglang_patches_manifest"]
 NCCL_RECORD = f"{STATE_DIR}/nccl/applied.json"
 DOC = "/root/production_v2.md"
 HEALTH_URL = "http://127.0.0.1:30000/health"

@@ -40,12 +40,20 @@ Knobs (environment of the server double):
   SGLANG_DOUBLE_REQUEST_SECONDS when set, each generation request (any route) takes this long
                                 in all, spread over its decode steps (requests in flight during
                                 a restart)
+  SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION
+                                RELEASE=SECONDS[,RELEASE=SECONDS...], seconds per decode step; the entry of the
+                                release the double runs under sets its pace, over the two above
+                                (the test inventory's sglang_test_double_step_seconds_by_version:
+                                one release slower or faster than another, for the upgrade gate);
+                                a release not in it keeps the pace above
   SGLANG_DOUBLE_DRAIN_POLL_SECONDS  how often the SIGTERM watchdog looks (default 5, SGLang's)
   SGLANG_DOUBLE_ACCEPT_LENGTH   reported and simulated accept length with speculation (default 2.7)
   SGLANG_DOUBLE_GENERATE_FAIL=1 generation routes answer 500 (a server that is up but cannot serve)
 """
 
+import functools
 import http.server
+import importlib.metadata
 import json
 import os
 import signal
@@ -58,6 +66,7 @@ _STEP_SECONDS = "SGLANG_DOUBLE_STEP_SECONDS"
 _ACCEPT_LENGTH = "SGLANG_DOUBLE_ACCEPT_LENGTH"
 _FAIL = "SGLANG_DOUBLE_GENERATE_FAIL"
 _REQUEST_SECONDS = "SGLANG_DOUBLE_REQUEST_SECONDS"
+_STEP_SECONDS_BY_VERSION = "SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION"
 _DRAIN_POLL = "SGLANG_DOUBLE_DRAIN_POLL_SECONDS"
 
 
@@ -104,8 +113,23 @@ def steps(max_new_tokens, accept):
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def running_release():
+    """The SGLang release the double runs under (its interpreter's sglang), None without one."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def step_pause(plan_length):
-    """Seconds per decode step: SGLANG_DOUBLE_REQUEST_SECONDS spread over the steps, else the step knob."""
+    """Seconds per decode step: the pace of the SGLang release the double runs under when
+    SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION names it, else SGLANG_DOUBLE_REQUEST_SECONDS spread
+    over the steps, else the step knob."""
+    by_version = dict(entry.split("=", 1) for entry in os.environ.get(_STEP_SECONDS_BY_VERSION, "").split(",") if entry)
+    release = running_release()
+    if release in by_version:
+        return float(by_version[release])
     total = os.environ.get(_REQUEST_SECONDS)
     if total:
         return float(total) / max(1, plan_length)

@@ -92,6 +92,16 @@ def test_request_seconds_spread_over_the_steps(double_generate, monkeypatch):
     assert double_generate.step_pause(0) == pytest.approx(2)
 
 
+def test_the_release_the_double_runs_under_sets_its_pace(double_generate, monkeypatch):
+    monkeypatch.setenv("SGLANG_DOUBLE_REQUEST_SECONDS", "2")
+    monkeypatch.setattr(double_generate, "running_release", lambda: "0.5.23")
+    monkeypatch.setenv("SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION", '0.5.10=1,0.5.23=0.05')
+    assert double_generate.step_pause(8) == pytest.approx(0.05)
+    # a release not in the mapping keeps the double's pace
+    monkeypatch.setenv("SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION", '0.5.10=0.05')
+    assert double_generate.step_pause(8) == pytest.approx(0.25)
+
+
 def test_generation_fails_on_request(double_generate, monkeypatch):
     monkeypatch.setenv("SGLANG_DOUBLE_GENERATE_FAIL", "1")
     handler = FakeHandler({"prompt": "x"})
