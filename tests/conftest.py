@@ -46,7 +46,7 @@ COSTLIEST_FIRST = FLEET_FILES + (
     "integration/test_firewall.py",
     "integration/test_benchmark.py",
     "integration/test_models.py",
-    "integration/test_releases_side_by_side.py",
+    "integration/test_upgrade_rollout.py",
     "integration/test_unit_integrity.py",
     "integration/test_drift.py",
     "integration/test_sglang_patches.py",

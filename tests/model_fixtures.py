@@ -47,3 +47,19 @@ class MirrorProcess:
         self.process.terminate()
         self.process.wait(timeout=10)
         self.process.stdout.close()
+
+
+def tiny_tokenizer(vocab_size=1024):
+    """tokenizer.json + tokenizer_config.json of a WordLevel tokenizer (words w3..w<vocab-1>),
+    the vocabulary size of the test node's config.json; loads with transformers'
+    AutoTokenizer offline, which is all bench_serving's random-ids dataset needs."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"w{i}": i for i in range(3, vocab_size)})
+    special = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                "normalized": False, "special": True} for c, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
+                 "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              "unk_token": "<unk>", "model_max_length": 2048, "clean_up_tokenization_spaces": False}
+    return {"tokenizer.json": json.dumps(tokenizer), "tokenizer_config.json": json.dumps(config)}

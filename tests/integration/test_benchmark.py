@@ -27,6 +27,7 @@ import yaml
 
 from ansible_run import run_playbook
 from project_modules import REPO
+from model_fixtures import tiny_tokenizer
 
 VENV_BIN = Path(sys.executable).parent
 STATE = "/var/lib/sglang-canon/benchmark"
@@ -252,22 +253,6 @@ def test_an_interrupted_run_is_repaired_by_site_yml(node, tmp_path):
 
 
 # --------------------------------------------------------------------------- the real client
-
-def tiny_tokenizer(vocab_size=1024):
-    """tokenizer.json + tokenizer_config.json of a WordLevel tokenizer (words w3..w<vocab-1>),
-    the vocabulary size of the test node's config.json; loads with transformers'
-    AutoTokenizer offline, which is all bench_serving's random-ids dataset needs."""
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    vocab.update({f"w{i}": i for i in range(3, vocab_size)})
-    special = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
-                "normalized": False, "special": True} for c, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]
-    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": special, "normalizer": None,
-                 "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
-                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "unk_token": "<unk>", "model_max_length": 2048, "clean_up_tokenization_spaces": False}
-    return {"tokenizer.json": json.dumps(tokenizer), "tokenizer_config.json": json.dumps(config)}
-
 
 def test_real_bench_serving(node, tmp_path):
     python = SGLANG_PYTHON

@@ -100,8 +100,9 @@ def test_a_release_no_source_holds_is_refused_naming_the_sources_tried(upgrade):
     assert not reports.exists()
 
 
-def test_a_rollout_is_refused_before_anything_runs(upgrade):
-    result, reports = upgrade(TARGET, sglang_upgrade_report_only=False)
+def test_a_rollout_with_a_canary_that_is_no_node_is_refused_before_anything_runs(upgrade):
+    result, reports = upgrade(TARGET, sglang_upgrade_report_only=False, sglang_upgrade_canary="no-such-node")
     assert result.rc != 0
-    assert any(m.startswith("sglang_upgrade_report_only: only the upgrade report is built yet") for m in result.failure_messages())
+    assert any(m.startswith(f'sglang_upgrade_canary: expected a host of sglang_nodes ({NODE}), got "no-such-node"')
+               for m in result.failure_messages()), result.failure_messages()
     assert not reports.exists()

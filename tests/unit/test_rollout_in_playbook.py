@@ -60,7 +60,9 @@ def test_site_converges_every_node_in_batches_without_a_group_made_at_run_time()
     converge = [play for play in plays if "sglang_service" in _role_names(play)]
     assert len(converge) == 1, [play["name"] for play in converge]
     play = converge[0]
-    assert play["hosts"] == "sglang_nodes", play["hosts"]
+    # Every node, or the group playbooks/upgrade.yml names when it imports site.yml (its canary,
+    # then every node), which its plan made in a task of its own, in plain sight.
+    assert play["hosts"] == "{{ groups[sglang_rollout_group] | default([]) if sglang_rollout_group is defined else 'sglang_nodes' }}", play["hosts"]
     assert "sglang_rollout_batch_size" in str(play["serial"]), play.get("serial")
     assert "sglang_rollout_max_fail_percentage" in str(play["max_fail_percentage"]), play.get("max_fail_percentage")
     # no task makes a group or a host at run time for a later play to target
@@ -79,7 +81,7 @@ def test_every_node_is_checked_at_once_and_a_refusal_stops_the_run_before_the_fi
     assert len(checks) == 1, "no play checks sglang_service's configuration on every node before the converge play"
     check = checks[0]
     assert "serial" not in check and check["any_errors_fatal"] is True and check["check_mode"] is True
-    assert "groups['sglang_nodes']" in check["hosts"], check["hosts"]
+    assert "groups[sglang_rollout_group | default('sglang_nodes')]" in check["hosts"], check["hosts"]
 
 
 # The roles of the converge play whose checks the check play runs first, each by its `check` entry point.
@@ -109,3 +111,16 @@ def test_the_check_play_runs_each_roles_check_and_the_converge_play_does_not_rep
         assert len(includes) == 1, f"{role}: tasks/main.yml does not include check.yml once"
         assert includes[0]["when"] == f"not ({SKIP_FLAG} | default(false) | bool)", includes[0]
         assert not [task for task in main if "check.yml" in str(task.get("ansible.builtin.import_tasks", ""))], role
+
+
+def test_only_upgrade_yml_names_a_rollout_group_and_only_where_it_imports_site_yml():
+    """playbooks/upgrade.yml moves its canary, then the fleet, through site.yml itself: its two
+    imports name the group (made by its plan's add_host task, in plain sight); nothing else does."""
+    setters = sorted(str(path.relative_to(REPO)) for path in [REPO / "site.yml", *(REPO / "playbooks").rglob("*.yml"),
+                                                               *(REPO / "roles").rglob("*.yml")]
+                     if "sglang_rollout_group:" in path.read_text())
+    assert setters == ["playbooks/upgrade.yml"]
+    upgrade = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+    imports = [play for play in upgrade if "sglang_rollout_group" in play.get("vars", {})]
+    assert [play["ansible.builtin.import_playbook"] for play in imports] == ["../site.yml", "../site.yml"]
+    assert [play["vars"]["sglang_rollout_group"] for play in imports] == ["sglang_upgrade_canary", "sglang_upgrade_promote"]
