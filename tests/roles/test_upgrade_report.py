@@ -75,7 +75,7 @@ def test_the_ported_target_is_reported_from_its_real_wheel_and_allowed(upgrade):
     assert any(p["package"] == "transformers" and p["current"] == "4.57.1" for p in report["stack"]["pins"])
     markdown = (reports / f"sglang-{FROM}-to-{TARGET}.md").read_text()
     assert markdown.startswith(f"# SGLang upgrade report: {FROM} to {TARGET}\n\n**Allowed by the report**")
-    assert any("the rollout (side-by-side venvs, canary, benchmark gate) is not implemented yet" in m for m in result.messages())
+    assert any("Report only (sglang_upgrade_report_only): nothing on any node changed." in m for m in result.messages())
 
 
 def test_a_target_without_its_patch_set_is_refused_with_the_report_in_a_dry_run_too(upgrade, tmp_path):
