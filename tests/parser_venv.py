@@ -103,3 +103,16 @@ def nccl_bench_python(request):
     done = subprocess.run([python, "-c", "import torch.distributed"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"{python} cannot import torch.distributed ({NCCL_BENCH_PYTHON}?): {done.stderr[-1500:]}"
     return python
+
+
+def upgrade_sources(target):
+    """The variables through which playbooks/upgrade.yml reads both releases from the wheelhouse
+    on the controller: 0.5.9 in this suite's parser venv, `target` in a parser venv of its own made
+    from its parser closure, and the test node's model config folders for their ServerArgs."""
+    return {
+        "sglang_upgrade_wheelhouse": str(ensure_wheelhouse()),
+        "sglang_upgrade_parser_pythons": {SGLANG_VERSION: ensure_parser_venv()},
+        "sglang_upgrade_parser_requirements": {target: str(REPO / "tests" / "wheelhouse" / f"parser-requirements-{target}.txt")},
+        "sglang_upgrade_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "target"),
+        "sglang_upgrade_draft_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "draft"),
+    }

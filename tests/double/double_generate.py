@@ -216,7 +216,7 @@ def handle_openai(handler, double, chat):
     head = {
         "id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
         "created": int(time.time()),
-        "model": body.get("model") or double.server_args.served_model_name,
+        "model": body.get("model") or double.server_args.served_model_name or double.server_args.model_path,
     }
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
              "total_tokens": prompt_tokens + max_tokens, "reasoning_tokens": 0}

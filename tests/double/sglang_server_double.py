@@ -174,7 +174,10 @@ def make_handler(double):
             elif path in ("/model_info", "/get_model_info"):
                 self._send(200, {"model_path": double.server_args.model_path, "is_generation": True})
             elif path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": double.server_args.served_model_name, "object": "model"}]})
+                # SGLang 0.5.23's resolved view leaves served_model_name unset; the server then serves
+                # the model under its path, as 0.5.9 does by default (bench_serving asks for the id).
+                model = double.server_args.served_model_name or double.server_args.model_path
+                self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
             else:
                 self._send(404, {"error": "not found"})
 

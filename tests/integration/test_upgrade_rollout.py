@@ -7,9 +7,9 @@ own interpreter; its pace per release comes from the test inventory's
 sglang_test_double_step_seconds_by_version (SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION), so that 0.5.23
 is ten times slower than 0.5.9 in one test and ten times faster in the next. The wheelhouse holds
 the real wheels of both releases; the report, the patches and the parser run against them.
-Here: a canary that never gets healthy is rolled back and nothing else changes. The gate's two
-outcomes are not proven by a test yet (a slower 0.5.23 was rolled back in a trial run, but its
-first reason was failed requests on the canary, not yet understood).
+In order: a canary that never gets healthy is rolled back and nothing else changes; a slower
+release is measured, rolled back with no pip, recorded, and leaves nothing a drift scan finds;
+a faster one is promoted, recorded, and runs from its own venv beside the one it replaced.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import pytest
 import yaml
 
 from ansible_run import run_playbook
-from parser_venv import ensure_parser_venv, ensure_wheelhouse
+from parser_venv import upgrade_sources
 from model_fixtures import tiny_tokenizer
-from project_modules import REPO
 
 VARS = expected.testnode_vars()
 CURRENT = VARS["sglang_version"]
@@ -32,11 +31,11 @@ TARGET = "0.5.23"
 VENVS = VARS["sglang_venvs_dir"]
 RECORD = VARS["sglang_releases_record"]
 HISTORY = VARS["sglang_upgrade_history"]
-# 0.5.9's bench_serving, in a venv of its own that sees the serving venv's packages (a .pth): the
+# 0.5.9's bench_serving, in a venv of its own that sees the serving venv's packages (site.addsitedir): the
 # serving venv stays as site.yml made it (its packages are part of what production_v2.md records).
 CLIENT = "/opt/bench-client"
 TOKENIZER = "/srv/bench-tokenizer"
-BASE, SLOW = 0.01, 0.1  # seconds per decode step of the double
+FAST, BASE, SLOW = 0.001, 0.01, 0.1  # seconds per decode step of the double
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +44,10 @@ def node(converged_node, tmp_path_factory):
     site_packages = f"{VENVS}/{CURRENT}/lib/python3.11/site-packages"
     for command in (
         f"python3 -m venv {CLIENT}",
-        f"echo {site_packages} > {CLIENT}/lib/python3.11/site-packages/sglang-serving.pth",
+        # addsitedir, not a bare path: the serving venv's own .pth files (the torchvision shim) must run too
+        f"echo 'import site; site.addsitedir(\"{site_packages}\")' > {CLIENT}/lib/python3.11/site-packages/sglang-serving.pth",
         f"{CLIENT}/bin/pip install -q --no-deps --no-index --find-links /srv/wheelhouse -r /srv/wheelhouse/bench-requirements.txt",
+        f"{CLIENT}/bin/python -c 'import sglang.bench_serving'",
         f"mkdir -p {TOKENIZER}",
     ):
         node_state.ssh(node, command)
@@ -73,14 +74,9 @@ def _inventory(node, target_pace):
 
 
 def _upgrade(node, inventory, **extravars):
-    wheelhouse = ensure_wheelhouse()
     return run_playbook("playbooks/upgrade.yml", inventory, extravars={
         "sglang_version": TARGET,
-        "sglang_upgrade_wheelhouse": str(wheelhouse),
-        "sglang_upgrade_parser_pythons": {CURRENT: ensure_parser_venv()},
-        "sglang_upgrade_parser_requirements": {TARGET: str(REPO / "tests" / "wheelhouse" / f"parser-requirements-{TARGET}.txt")},
-        "sglang_upgrade_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "target"),
-        "sglang_upgrade_draft_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "draft"),
+        **upgrade_sources(TARGET),
         "sglang_upgrade_report_dir": str(node.folder / "reports"),
         "sglang_upgrade_gate_concurrency_levels": [4],
         "sglang_upgrade_gate_repetitions": 2,
@@ -97,6 +93,11 @@ def _running_release(node):
     pid = node_state.main_pid(node)
     python = node_state.ssh(node, f"tr '\\0' '\\n' < /proc/{pid}/cmdline | head -n 1").strip()
     return python, node_state.ssh(node, f"{python} -c 'import importlib.metadata as m; print(m.version(\"sglang\"))'").strip()
+
+
+def _pip_ran(result):
+    return [e for e in result.events
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Run pip install"]
 
 
 def _history(node):
@@ -123,3 +124,47 @@ def test_a_canary_that_never_gets_healthy_is_rolled_back_and_nothing_else_change
     assert sorted(set(after["files"][state]["dir"]) - set(before["files"][state]["dir"])) == ["upgrade"]
     after["files"][state] = before["files"][state]
     assert node_state.differences(before, after) == [], "the rollback left the node changed"
+
+
+def test_a_slower_release_is_measured_rolled_back_with_no_pip_and_leaves_no_drift(node):
+    inventory = _inventory(node, SLOW)
+    result = _upgrade(node, inventory)
+
+    assert result.rc != 0
+    (message,) = [m for m in result.failure_messages() if "is rolled back" in m]
+    assert f"The upgrade of sglang {CURRENT} to {TARGET} is rolled back: concurrency 4: output_throughput" in message
+    assert _running_release(node) == (f"{VENVS}/{CURRENT}/bin/python", CURRENT)
+    # the target stays installed beside the current release: the next try needs no pip
+    assert sorted(node_state.ssh(node, f"ls -1 {VENVS}").split()) == sorted([CURRENT, TARGET])
+    assert json.loads(node_state.ssh(node, f"cat {RECORD}")) == {"serving": CURRENT, "previous": TARGET}
+    (entry,) = _history(node)
+    assert (entry["from"], entry["to"], entry["decision"]) == (CURRENT, TARGET, "rolled back")
+    figures = entry["gate"]["levels"][0]["metrics"]["output_throughput"]
+    assert figures["canary"] < figures["control"] and not figures["passed"]
+    doc = node_state.ssh(node, "cat /root/production_v2.md")
+    assert f"| {CURRENT} | {TARGET} | {node.name} |" in doc and "rolled back" in doc
+    gate = json.loads((node.folder / "reports" / f"sglang-{CURRENT}-to-{TARGET}-gate.json").read_text())
+    assert gate["passed"] is False and gate["repetitions"] == {"canary": 2, "control": 2}
+
+    scan = run_playbook("playbooks/drift.yml", inventory)
+    assert scan.rc == 0 and scan.changed == 0, scan.failure_messages() or scan.changed_tasks()
+
+
+def test_a_faster_release_is_promoted_with_its_own_venv_and_recorded(node):
+    inventory = _inventory(node, FAST)
+    result = _upgrade(node, inventory)
+
+    assert result.rc == 0, result.failure_messages() or result.stdout[-6000:]
+    assert not _pip_ran(result), "the target's venv was kept by the rollback: no pip"
+    node_state.wait_healthy(node, 120)
+    assert _running_release(node) == (f"{VENVS}/{TARGET}/bin/python", TARGET)
+    assert json.loads(node_state.ssh(node, f"cat {RECORD}")) == {"serving": TARGET, "previous": CURRENT}
+    assert [e["decision"] for e in _history(node)] == ["rolled back", "promoted"]
+    assert any(f'Set sglang_version: "{TARGET}"' in m for m in result.messages()), "the inventory's next step is not said"
+    doc = node_state.ssh(node, "cat /root/production_v2.md")
+    assert "| promoted | gate passed |" in doc
+
+    # until the inventory names the target, a drift scan names the node as running another release
+    scan = run_playbook("playbooks/drift.yml", inventory)
+    assert scan.rc != 0
+    assert any(f"runs SGLang {TARGET}, the inventory says {CURRENT}" in m for m in scan.failure_messages())

@@ -11,8 +11,8 @@ import itertools
 import json
 
 import pytest
-from ansible_run import REPO, run_playbook
-from parser_venv import ensure_parser_venv, ensure_wheelhouse
+from ansible_run import run_playbook
+from parser_venv import ensure_wheelhouse, upgrade_sources
 
 FROM, TARGET = "0.5.9", "0.5.23"
 NODE = "upgrade-node"
@@ -27,7 +27,6 @@ sglang_nodes:
 @pytest.fixture(scope="module")
 def upgrade(tmp_path_factory):
     """Run upgrade.yml report-only to a release with extra variables; (result, report dir)."""
-    wheelhouse = ensure_wheelhouse()
     folder = tmp_path_factory.mktemp("upgrade")
     inventory = folder / "hosts.yml"
     inventory.write_text(INVENTORY)
@@ -38,12 +37,7 @@ def upgrade(tmp_path_factory):
         variables = {
             "sglang_version": version,
             "sglang_upgrade_report_only": True,
-            "sglang_upgrade_wheelhouse": str(wheelhouse),
-            # The current release runs in the suite's own parser venv (0.5.9, built for other tests too).
-            "sglang_upgrade_parser_pythons": {FROM: ensure_parser_venv()},
-            "sglang_upgrade_parser_requirements": {TARGET: str(REPO / "tests" / "wheelhouse" / f"parser-requirements-{TARGET}.txt")},
-            "sglang_upgrade_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "target"),
-            "sglang_upgrade_draft_model_path": str(REPO / "tests" / "fixtures" / "testnode-model" / "draft"),
+            **upgrade_sources(TARGET),
             "sglang_upgrade_report_dir": str(reports),
             **extravars,
         }
