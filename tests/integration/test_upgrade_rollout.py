@@ -7,9 +7,9 @@ own interpreter; its pace per release comes from the test inventory's
 sglang_test_double_step_seconds_by_version (SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION), so that 0.5.23
 is ten times slower than 0.5.9 in one test and ten times faster in the next. The wheelhouse holds
 the real wheels of both releases; the report, the patches and the parser run against them.
-In order: a canary that never gets healthy is rolled back and nothing else changes; a slower
-release is measured, rolled back with no pip, recorded, and leaves nothing a drift scan finds;
-a faster one is promoted, recorded, and runs from its own venv beside the one it replaced.
+In order: a slower release is measured, rolled back with no pip, recorded, and leaves nothing a
+drift scan finds; a canary that never gets healthy is rolled back and nothing else changes; a
+faster release is promoted, recorded, and runs from its own venv beside the one it replaced.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ TARGET = "0.5.23"
 VENVS = VARS["sglang_venvs_dir"]
 RECORD = VARS["sglang_releases_record"]
 HISTORY = VARS["sglang_upgrade_history"]
+WAY_BACK = f"{HISTORY.rsplit('/', 1)[0]}/way-back"  # roles/sglang_upgrade/vars/main.yml
 # 0.5.9's bench_serving, in a venv of its own that sees the serving venv's packages (site.addsitedir): the
 # serving venv stays as site.yml made it (its packages are part of what production_v2.md records).
 CLIENT = "/opt/bench-client"
@@ -105,29 +106,11 @@ def _history(node):
     return json.loads(result.stdout) if result.returncode == 0 else []
 
 
-def test_a_canary_that_never_gets_healthy_is_rolled_back_and_nothing_else_changes(node):
-    inventory = _inventory(node, SLOW)
-    assert run_playbook("site.yml", inventory).rc == 0  # the pace per release in the environment
-    before = node_state.fingerprint(node, node_state.managed_paths(node))
-    result = _upgrade(node, inventory, sglang_service_health_timeout=15, sglang_service_environment={
-        **VARS["sglang_service_environment"], "SGLANG_DOUBLE_NEVER_HEALTHY": "1"})
-
-    assert result.rc != 0
-    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages()), result.failure_messages()
-    node_state.wait_healthy(node, 120)
-    assert _running_release(node) == (f"{VENVS}/{CURRENT}/bin/python", CURRENT)
-    assert json.loads(node_state.ssh(node, f"cat {RECORD}")) == {"serving": CURRENT, "previous": None}
-    assert _history(node) == [], "a canary that never served is no upgrade the gate judged"
-    after = node_state.fingerprint(node, node_state.managed_paths(node))
-    # All that is new: the way back the canary kept before it moved (the next run takes it again).
-    state = node_state.STATE_DIR
-    assert sorted(set(after["files"][state]["dir"]) - set(before["files"][state]["dir"])) == ["upgrade"]
-    after["files"][state] = before["files"][state]
-    assert node_state.differences(before, after) == [], "the rollback left the node changed"
-
-
 def test_a_slower_release_is_measured_rolled_back_with_no_pip_and_leaves_no_drift(node):
     inventory = _inventory(node, SLOW)
+    assert run_playbook("site.yml", inventory).rc == 0  # the pace per release in the environment
+    # the first upgrade of this node: the canary keeps its way back in this very run
+    assert node.ssh(f"test -e {WAY_BACK}").returncode != 0
     result = _upgrade(node, inventory)
 
     assert result.rc != 0
@@ -146,8 +129,28 @@ def test_a_slower_release_is_measured_rolled_back_with_no_pip_and_leaves_no_drif
     gate = json.loads((node.folder / "reports" / f"sglang-{CURRENT}-to-{TARGET}-gate.json").read_text())
     assert gate["passed"] is False and gate["repetitions"] == {"canary": 2, "control": 2}
 
+    assert node.ssh(f"test -e {WAY_BACK}").returncode != 0, "the way back is removed once the node went back"
     scan = run_playbook("playbooks/drift.yml", inventory)
     assert scan.rc == 0 and scan.changed == 0, scan.failure_messages() or scan.changed_tasks()
+
+
+def test_a_canary_that_never_gets_healthy_is_rolled_back_and_nothing_else_changes(node):
+    inventory = _inventory(node, SLOW)
+    before = node_state.fingerprint(node, node_state.managed_paths(node))
+    history = _history(node)
+    result = _upgrade(node, inventory, sglang_service_health_timeout=15, sglang_service_environment={
+        **VARS["sglang_service_environment"], "SGLANG_DOUBLE_NEVER_HEALTHY": "1"})
+
+    assert result.rc != 0
+    assert any("Rolled back to the last good configuration" in m for m in result.failure_messages()), result.failure_messages()
+    node_state.wait_healthy(node, 120)
+    assert _running_release(node) == (f"{VENVS}/{CURRENT}/bin/python", CURRENT)
+    assert json.loads(node_state.ssh(node, f"cat {RECORD}")) == {"serving": CURRENT, "previous": TARGET}
+    assert _history(node) == history, "a canary that never served is no upgrade the gate judged"
+    after = node_state.fingerprint(node, node_state.managed_paths(node))
+    assert node_state.differences(before, after) == [], "the rollback left the node changed"
+    # All that is left: the way back the canary kept before it moved (the next run takes it again).
+    assert node_state.ssh(node, f"cat {WAY_BACK}/release").strip() == CURRENT
 
 
 def test_a_faster_release_is_promoted_with_its_own_venv_and_recorded(node):
