@@ -117,7 +117,7 @@ def run_role(venv, **extravars):
 def test_role_applies_the_0_5_23_set_to_real_sglang_0_5_23_files(venv):
     worker = venv.site / WORKER
     pristine = worker.read_bytes()
-    manifest = venv.state / "patches" / "sglang.manifest.json"
+    manifest = venv.state / "patches" / "0.5.23" / "sglang.manifest.json"  # sglang_patches_dir: a folder per release
 
     # The 0.5.9 set on SGLang 0.5.23 is refused before anything changes.
     wrong = run_role(venv, sglang_patches_sets=["sglang-0.5.9"])

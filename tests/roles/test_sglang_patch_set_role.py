@@ -136,7 +136,8 @@ def test_role_on_real_sglang_files(venv, record, patched):
     files = {rel: venv.site / rel for rel in patched}
     pristine_hashes = {rel: _sha(p) for rel, p in files.items()}
     assert pristine_hashes == {rel: record[rel] for rel in files}
-    manifest = venv.state / "patches" / "sglang.manifest.json"
+    patches = venv.state / "patches" / "0.5.9"  # sglang_patches_dir: a folder per release
+    manifest = patches / "sglang.manifest.json"
 
     # A set for another version is refused before anything is copied or changed.
     wrong = run_role(venv, sglang_version="0.5.8")
@@ -159,7 +160,7 @@ def test_role_on_real_sglang_files(venv, record, patched):
         "sglang-0.5.9/0001-strict-sglang-enable-spec-v2.patch",
         "sglang-0.5.9/0002-spec-v2-skip-drafting-at-running-requests.patch",
     ]
-    assert (venv.state / "patches" / "sglang-0.5.9" / "0001-strict-sglang-enable-spec-v2.patch").is_file()
+    assert (patches / "sglang-0.5.9" / "0001-strict-sglang-enable-spec-v2.patch").is_file()
     pyc = files["sglang/srt/environ.py"].parent / "__pycache__" / f"environ.{sys.implementation.cache_tag}.pyc"
     assert pyc.is_file()
 
@@ -178,7 +179,7 @@ def test_role_on_real_sglang_files(venv, record, patched):
     removed = run_role(venv, sglang_patches_state="absent")
     assert removed.rc == 0 and removed.restarted, removed.out
     assert {rel: _sha(p) for rel, p in files.items()} == pristine_hashes
-    assert not manifest.exists() and not (venv.state / "patches" / "sglang-0.5.9").exists()
+    assert not manifest.exists() and not (patches / "sglang-0.5.9").exists()
 
     # An operator's own set, given as a controller directory named <package>-<version>
     # (no set.yml), here holding only patch 0002.
