@@ -7,8 +7,9 @@ own interpreter; its pace per release comes from the test inventory's
 sglang_test_double_step_seconds_by_version (SGLANG_DOUBLE_STEP_SECONDS_BY_VERSION), so that 0.5.23
 is ten times slower than 0.5.9 in one test and ten times faster in the next. 0.5.9 is not in
 that mapping and keeps the double's default pace: the node's current configuration is the
-converged snapshot's, so the upgrade needs no converge first and going back restores exactly it. The wheelhouse holds
-the real wheels of both releases; the report, the patches and the parser run against them.
+converged snapshot's, so the upgrade needs no converge first and going back restores exactly
+it. The wheelhouse holds the real wheels of both releases; the report, the patches and the
+parser run against them.
 In order: a slower release is measured, rolled back with no pip, recorded, and leaves nothing a
 drift scan finds; a canary that never gets healthy is rolled back and nothing else changes; a
 faster release is promoted, recorded, and runs from its own venv beside the one it replaced.
