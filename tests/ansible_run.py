@@ -4,7 +4,9 @@ playbook runner of the tests (tests/lint/test_test_helpers.py keeps others out).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
 import tempfile
 
 import ansible_runner
@@ -149,3 +151,19 @@ def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, t
             stdout=runner.stdout.read(),
             events=list(runner.events),
         )
+
+
+def start_playbook(playbook, inventory, extravars=None):
+    """ansible-playbook started in the background, as run_playbook runs it (the test node's
+    variables under the given inventory, the project's ansible.cfg and venv), for a test that
+    kills a run partway: the Popen is in a process group of its own, so that
+    os.killpg(run.pid, signal.SIGKILL) takes ansible-playbook and all its workers. Its output is
+    discarded (a killed run has no result to read)."""
+    command = [str(VENV_BIN / "ansible-playbook"), "-i", str(TESTNODE_INVENTORY_VARS), "-i", str(inventory),
+               "-e", json.dumps(extravars or {}), str(REPO / playbook)]
+    environment = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                   "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.Popen(  # pylint: disable=consider-using-with
+        command, cwd=REPO, env=environment, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
