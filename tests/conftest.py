@@ -34,6 +34,7 @@ FLEET_FILES = (
     "integration/test_monitoring.py",
     "integration/test_watchdog_gateway.py",
     "integration/test_rolling_gateway.py",
+    "integration/test_upgrade_gateway.py",
 )
 # The costliest files after them, costliest first (minutes each on the 2-core CI machine). Under
 # xdist (--no-loadscope-reorder) groups are handed to the workers in collection order, one more
@@ -249,7 +250,8 @@ def gateway_fleet(_all_node_sets, converged_snapshot, tmp_path_factory):
     servers onto their own addresses (all at once: the rollout order is the rolling
     tests' subject, not this set-up's), sets up the gateway host in front of running servers and
     the monitor, both from the base image. Each file leaves the fleet converged on this inventory
-    (the rolling deploys, which change it, run last). The fleet goes down after the last test of
+    (the rolling deploys, which change it, run last, then the upgrades, which leave it on another
+    release). The fleet goes down after the last test of
     those files (pytest_runtest_teardown below), not at the end of the session: idle, its four
     hosts and their probes would cost the other files CPU.
     """
