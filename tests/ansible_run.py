@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import tempfile
+import uuid
+from pathlib import Path
 
 import ansible_runner
 
@@ -153,17 +156,37 @@ def run_playbook(playbook, inventory, extravars=None, check=False, diff=False, t
         )
 
 
+# In the environment of a run start_playbook starts, and so of every process it forks: what
+# kill_playbook finds them by.
+_RUN_MARKER = "SGLANG_CANON_TEST_RUN"
+
+
 def start_playbook(playbook, inventory, extravars=None):
     """ansible-playbook started in the background, as run_playbook runs it (the test node's
     variables under the given inventory, the project's ansible.cfg and venv), for a test that
-    kills a run partway: the Popen is in a process group of its own, so that
-    os.killpg(run.pid, signal.SIGKILL) takes ansible-playbook and all its workers. Its output is
-    discarded (a killed run has no result to read)."""
+    kills it partway with kill_playbook. Its output is discarded (a killed run has no result to
+    read)."""
     command = [str(VENV_BIN / "ansible-playbook"), "-i", str(TESTNODE_INVENTORY_VARS), "-i", str(inventory),
                "-e", json.dumps(extravars or {}), str(REPO / playbook)]
     environment = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                   "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.Popen(  # pylint: disable=consider-using-with
+                   "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", _RUN_MARKER: uuid.uuid4().hex}
+    run = subprocess.Popen(  # pylint: disable=consider-using-with
         command, cwd=REPO, env=environment, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run.marker = f"{_RUN_MARKER}={environment[_RUN_MARKER]}".encode()
+    return run
 
+
+def kill_playbook(run):
+    """SIGKILL to a run of start_playbook and to every process it forked. Its process group is not
+    enough: ansible-playbook's workers leave it (WorkerProcess calls setsid), and a worker whose
+    parent is gone blocks for ever writing its result to it. They are found by the run's marker
+    in their environment."""
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if run.marker in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+        except OSError:
+            pass  # gone meanwhile, or not ours to read

@@ -73,7 +73,7 @@ def upgrade(inventory, report_dir, **extravars):
 
 
 def start_upgrade(inventory, report_dir, **extravars):
-    """The same run in the background, to be killed partway (ansible_run.start_playbook)."""
+    """The same run in the background, to be killed partway (ansible_run.start_playbook, kill_playbook)."""
     return start_playbook("playbooks/upgrade.yml", inventory, upgrade_extravars(report_dir, **extravars))
 
 

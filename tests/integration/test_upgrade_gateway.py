@@ -19,15 +19,13 @@ every node on its WARMUP_2 environment, and last on the fleet: the promotion lea
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 
 import node_state
 import pytest
 
-from ansible_run import run_playbook
+from ansible_run import kill_playbook, run_playbook
 from rolling_checks import (JOIN, LEAVE, WARMUP_2, Fleet, assert_each_node_left_drained_and_rejoined_in_turn,
                             assert_no_request_failed, changes_on, results_of)
 from upgrade_runs import (CURRENT, GATE_RUNS, PACE_ENVIRONMENT, TARGET, VENVS, gate_record, history,
@@ -72,8 +70,7 @@ def _killed_while_the_gate_measures(inventory, reports, canary):
             assert time.monotonic() < deadline, "the gate never started"
             time.sleep(1)
     finally:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+        kill_playbook(run)
 
 
 def _failures_by_host(result):
